@@ -1,0 +1,22 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""pip route for pi0_ros; colcon builds the package with CMakeLists.txt (ament_cmake)."""
+from setuptools import find_packages, setup
+
+setup(
+    name='pi0_ros',
+    version='0.1.0',
+    description='Real-time Pi0 vision-language-action control for ROS 2 arms.',
+    license='Apache-2.0',
+    python_requires='>=3.12,<3.13',
+    packages=find_packages(include=['pi0_ros', 'pi0_ros.*']),
+    zip_safe=False,
+    entry_points={
+        'console_scripts': [
+            'pi0-ros-control = pi0_ros.node:main',
+            'pi0-ros-sim = pi0_ros.sim.node:main',
+            'pi0-ros-bench = pi0_ros.bench:main',
+            'pi0-ros-demo = pi0_ros.demo:main',
+        ],
+    },
+)
