@@ -1,0 +1,67 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Shared fixtures: isolated ROS 2 domains, package executables as processes, rclpy in the test."""
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from rosutil import RosProcess, RosTestNode
+
+# Tests and the processes they start discover each other on this host only.
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+os.environ.setdefault('MUJOCO_GL', 'egl')
+
+_domain_counter = itertools.count()
+
+
+def _has_cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu` tests where CUDA is absent (they run on the lent GPU machine)."""
+    if _has_cuda():
+        return
+    skip_gpu = pytest.mark.skip(reason='needs CUDA (run through the device tool)')
+    for item in items:
+        if 'gpu' in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def ros_domain_id():
+    """Return a ROS_DOMAIN_ID that no other test of this run (or a parallel run) uses."""
+    # Linux allows 0..101 with the default port mapping; keep clear of 0 (everyone's default).
+    return 1 + (os.getpid() * 7 + next(_domain_counter)) % 100
+
+
+@pytest.fixture
+def ros_node(ros_domain_id):
+    """Yield an rclpy node of the test process in its own context on the test's domain."""
+    node = RosTestNode(ros_domain_id)
+    try:
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def start_process(ros_domain_id, tmp_path):
+    """Start package executables as separate processes; all are stopped at teardown."""
+    processes = []
+
+    def start(module, *, parameters=None, args=(), env=None, name=None):
+        process = RosProcess(module, domain_id=ros_domain_id, parameters=parameters, args=args,
+                             env=env, log_path=tmp_path / f'{name or Path(str(module)).stem}.log')
+        processes.append(process)
+        return process
+
+    yield start
+    for process in reversed(processes):
+        process.stop()
