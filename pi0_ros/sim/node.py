@@ -1,0 +1,274 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""`pi0_sim`: the SO-101 MuJoCo simulator as a ROS 2 node.
+
+Threads: a physics thread steps the model paced to the wall clock (times `real_time_factor`)
+and applies the trajectory follower; a render thread draws the cameras when the camera timer
+asks; timers publish joint_states; the trajectory subscription only validates and stores. All
+stamps and the follower's time are the node's ROS clock (sim time with use_sim_time; `/clock`
+is published from physics time when `publish_clock` is true).
+"""
+import os
+import threading
+import time
+
+os.environ.setdefault('MUJOCO_GL', 'egl')
+
+import numpy as np  # noqa: E402
+from rcl_interfaces.msg import (  # noqa: E402
+    FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType)
+import rclpy  # noqa: E402
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup  # noqa: E402
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy  # noqa: E402
+from rclpy.time import Time  # noqa: E402
+from rosgraph_msgs.msg import Clock  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory  # noqa: E402
+
+from pi0_ros.sim.follower import (  # noqa: E402
+    InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
+from pi0_ros.sim.scene import CAMERA_NAMES, HOME_POSITION, SimScene  # noqa: E402
+
+_NS_PER_S = 1_000_000_000
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+class SimNode(Node):
+    """Simulated SO-101 with cameras, joint states and a JointTrajectory input."""
+
+    def __init__(self, **kwargs):
+        super().__init__('pi0_sim', **kwargs)
+        self._declare_parameters()
+        self._validate_parameters()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._render_request = threading.Event()
+        self._scene = SimScene(self._image_width, self._image_height, shadows=self._shadows)
+        self._follower = TrajectoryFollower(
+            self._scene.joint_names, HOME_POSITION,
+            allow_nonzero_velocity_at_trajectory_end=self._allow_nonzero_end_velocity)
+        self._follower.hold(HOME_POSITION, self._now_seconds())
+        self._rejected_trajectories = 0
+        self.frames_published = 0
+        self.frames_skipped = 0
+
+        sensor_qos = qos_profile_sensor_data
+        self._joint_state_publisher = self.create_publisher(JointState, 'joint_states', sensor_qos)
+        self._image_publishers = {
+            name: self.create_publisher(Image, f'camera/{name}/image_raw', sensor_qos)
+            for name in CAMERA_NAMES}
+        self._clock_publisher = (
+            self.create_publisher(Clock, '/clock', QoSProfile(depth=1)) if self._publish_clock
+            else None)
+        trajectory_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        self.create_subscription(JointTrajectory, 'arm_controller/joint_trajectory',
+                                 self.joint_trajectory_callback, trajectory_qos,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_service(Trigger, '~/reset', self.reset_callback,
+                            callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(1.0 / self._joint_state_rate, self.joint_state_timer_callback,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(1.0 / self._camera_rate, self.camera_timer_callback,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+
+        self._physics_thread = threading.Thread(target=self._physics_loop, name='pi0_sim_physics',
+                                                daemon=True)
+        self._render_thread = threading.Thread(target=self._render_loop, name='pi0_sim_render',
+                                               daemon=True)
+        self._physics_thread.start()
+        self._render_thread.start()
+        self.get_logger().info(
+            f'SO-101 simulator up: cameras {list(CAMERA_NAMES)} {self._image_width}x'
+            f'{self._image_height} @ {self._camera_rate} Hz, joint_states @ '
+            f'{self._joint_state_rate} Hz, real_time_factor {self._real_time_factor}')
+
+    def _declare_parameters(self):
+        def descriptor(text, *, floating=None, integer=None, kind=None):
+            return ParameterDescriptor(
+                description=text, read_only=True, type=kind or ParameterType.PARAMETER_NOT_SET,
+                floating_point_range=[floating] if floating else [],
+                integer_range=[integer] if integer else [])
+
+        self.declare_parameter('camera_rate', 15.0, descriptor(
+            'Camera frames per second (per camera).',
+            floating=FloatingPointRange(from_value=0.1, to_value=120.0)))
+        self.declare_parameter('image_width', 640, descriptor(
+            'Camera image width in pixels.', integer=IntegerRange(from_value=16, to_value=4096)))
+        self.declare_parameter('image_height', 480, descriptor(
+            'Camera image height in pixels.', integer=IntegerRange(from_value=16, to_value=4096)))
+        self.declare_parameter('joint_state_rate', 200.0, descriptor(
+            'joint_states messages per second (>= 100).',
+            floating=FloatingPointRange(from_value=100.0, to_value=1000.0)))
+        self.declare_parameter('real_time_factor', 1.0, descriptor(
+            'Simulated seconds per wall-clock second.',
+            floating=FloatingPointRange(from_value=0.01, to_value=10.0)))
+        self.declare_parameter('publish_clock', False, descriptor(
+            'Publish /clock from physics time (for use_sim_time).'))
+        self.declare_parameter('shadows', False, descriptor(
+            'Render shadows (about 6x slower frames on a CPU renderer).'))
+        self.declare_parameter('allow_nonzero_velocity_at_trajectory_end', False, descriptor(
+            'Accept trajectories whose last point has a non-zero velocity (as JTC).'))
+
+    def _validate_parameters(self):
+        def value(name):
+            return self.get_parameter(name).value
+
+        self._camera_rate = float(value('camera_rate'))
+        self._image_width = int(value('image_width'))
+        self._image_height = int(value('image_height'))
+        self._joint_state_rate = float(value('joint_state_rate'))
+        self._real_time_factor = float(value('real_time_factor'))
+        self._publish_clock = bool(value('publish_clock'))
+        self._shadows = bool(value('shadows'))
+        self._allow_nonzero_end_velocity = bool(value('allow_nonzero_velocity_at_trajectory_end'))
+        checks = [
+            ('camera_rate', self._camera_rate, 0.1 <= self._camera_rate <= 120.0),
+            ('image_width', self._image_width, 16 <= self._image_width <= 4096),
+            ('image_height', self._image_height, 16 <= self._image_height <= 4096),
+            ('joint_state_rate', self._joint_state_rate, 100.0 <= self._joint_state_rate <= 1000),
+            ('real_time_factor', self._real_time_factor, 0.01 <= self._real_time_factor <= 10.0),
+        ]
+        for name, bad, ok in checks:
+            if not ok:
+                raise ValueError(f'parameter {name} out of range: {bad!r}')
+
+    def _now_seconds(self) -> float:
+        return self.get_clock().now().nanoseconds / _NS_PER_S
+
+    # Callbacks: fast, under the lock.
+
+    def joint_trajectory_callback(self, msg: JointTrajectory):
+        """Validate and hand a trajectory to the follower; log rejections (throttled)."""
+        try:
+            command = TrajectoryCommand(
+                joint_names=list(msg.joint_names), stamp=_seconds(msg.header.stamp),
+                time_from_start=[_seconds(p.time_from_start) for p in msg.points],
+                positions=[list(p.positions) for p in msg.points],
+                velocities=[list(p.velocities) for p in msg.points],
+                accelerations=[list(p.accelerations) for p in msg.points])
+            with self._lock:
+                self._follower.set_trajectory(command, self._now_seconds())
+        except InvalidTrajectoryError as error:
+            self._rejected_trajectories += 1
+            self.get_logger().warn(
+                f'rejected trajectory ({self._rejected_trajectories} so far): {error}',
+                throttle_duration_sec=2.0)
+
+    def reset_callback(self, request, response):
+        """Return the arm to its home pose and the objects to their places."""
+        with self._lock:
+            self._scene.reset(HOME_POSITION)
+            self._follower.hold(HOME_POSITION, self._now_seconds())
+        response.success = True
+        response.message = 'arm at home pose'
+        return response
+
+    def joint_state_timer_callback(self):
+        """Publish the six joint positions and velocities."""
+        with self._lock:
+            position = self._scene.joint_positions()
+            velocity = self._scene.joint_velocities()
+        msg = JointState()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.name = list(self._scene.joint_names)
+        msg.position = position.tolist()
+        msg.velocity = velocity.tolist()
+        self._joint_state_publisher.publish(msg)
+
+    def camera_timer_callback(self):
+        """Ask the render thread for a frame of every camera (skipped while it is busy)."""
+        if self._render_request.is_set():
+            self.frames_skipped += 1
+        self._render_request.set()
+
+    # Threads.
+
+    def _physics_loop(self):
+        timestep = self._scene.timestep
+        wall_start = time.monotonic()
+        sim_start = self._scene.time
+        while not self._stop.is_set():
+            with self._lock:
+                target = sim_start + (time.monotonic() - wall_start) * self._real_time_factor
+                steps = int((target - self._scene.time) / timestep)
+                if steps > 250:  # more than 0.5 s behind: do not try to catch up
+                    self.get_logger().warn('physics fell behind real time; skipping ahead',
+                                           throttle_duration_sec=5.0)
+                    wall_start = time.monotonic()
+                    sim_start = self._scene.time
+                    steps = 1
+                if self._scene.time < sim_start:  # reset moved physics time back
+                    wall_start, sim_start = time.monotonic(), self._scene.time
+                for _ in range(max(steps, 0)):
+                    position, _velocity = self._follower.sample(self._now_seconds())
+                    self._scene.set_position_targets(position)
+                    self._scene.step()
+                sim_time = self._scene.time
+            if self._clock_publisher is not None and steps > 0:
+                self._clock_publisher.publish(
+                    Clock(clock=Time(nanoseconds=int(round(sim_time * _NS_PER_S))).to_msg()))
+            self._stop.wait(timestep / self._real_time_factor)
+
+    def _render_loop(self):
+        try:
+            while not self._stop.is_set():
+                if not self._render_request.wait(timeout=0.1):
+                    continue
+                self._render_request.clear()
+                for name in CAMERA_NAMES:
+                    with self._lock:
+                        self._scene.prepare_render(name)
+                        stamp = self.get_clock().now().to_msg()
+                    pixels = self._scene.render_prepared()
+                    self._image_publishers[name].publish(self._image_msg(pixels, stamp, name))
+                    self.frames_published += 1
+        finally:
+            self._scene.close()
+
+    def _image_msg(self, pixels: np.ndarray, stamp, frame_id: str) -> Image:
+        msg = Image()
+        msg.header.stamp = stamp
+        msg.header.frame_id = frame_id
+        msg.height, msg.width = int(pixels.shape[0]), int(pixels.shape[1])
+        msg.encoding = 'rgb8'
+        msg.is_bigendian = 0
+        msg.step = msg.width * 3
+        msg.data = np.ascontiguousarray(pixels).tobytes()
+        return msg
+
+    def destroy_node(self):
+        """Stop the physics and render threads, then destroy the node."""
+        self._stop.set()
+        for thread in (self._physics_thread, self._render_thread):
+            thread.join(timeout=5.0)
+            if thread.is_alive():
+                self.get_logger().warn(f'thread {thread.name} did not stop within 5 s')
+        return super().destroy_node()
+
+
+def main(args=None):
+    """Run the simulator node until Ctrl-C or shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimNode()
+        executor = MultiThreadedExecutor(num_threads=3)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
