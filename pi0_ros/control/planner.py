@@ -1,0 +1,512 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Turns action chunks into short, limit-respecting trajectories for the JTC, one per tick.
+
+Model (per joint, independent): the planner keeps the last published plan. Each step(now)
+evaluates that plan at `now` (so the commanded state is exactly what the controller is executing,
+whatever the tick jitter) and plans `points_per_message` new points `point_spacing` apart:
+
+* Between points the acceleration is constant: q[i] = q[i-1] + h * (v[i-1] + v[i]) / 2 with
+  |v[i] - v[i-1]| <= max_acceleration * h. A cubic through such points with these velocities (what
+  the JTC does when positions and velocities are sent) degenerates to exactly this quadratic, so
+  the executed motion respects the velocity and acceleration limits between points, too.
+* Every plan can stop by its last point: |v[i]| <= max_acceleration * h * (N - i), so the last
+  point has zero velocity (JTC rule) and, if the node dies, the arm stops within its limits where
+  the last message ends. Cost: the speed is capped at max_acceleration * h * (N - 1) (with the
+  defaults, 0.18 s times the acceleration limit); make the lookahead at least
+  max_velocity / max_acceleration long to reach full speed.
+* Position limits: a point's velocity is bounded so that braking at max_acceleration from it stops
+  inside the limits (exact for the discrete braking below), and positions are clipped as a last
+  resort.
+* Following: a deadbeat tracker of the reference (converges in two points when unconstrained, exact
+  on constant-velocity references), with its approach speed bounded so that it can stop at the
+  target (a far target is approached at bounded speed and acceleration without overshoot).
+* Holding (hold reason, disabled, e-stop): velocity is reduced by max_acceleration * h per point
+  until it is zero, then the position stays. A hold discards the chunks it interrupts; motion
+  resumes only with a chunk added afterwards.
+
+Reference: the newest chunk is blended into the previous reference over blend_duration from its
+arrival with a C2 smootherstep weight (position, velocity and acceleration continuous at the
+seam). With temporal_ensembling, the chunks covering a time are averaged with ACT weights
+exp(-ensembling_decay * i), i = 0 for the oldest, each ramped in by the same weight.
+
+Time: `now` is always passed in (ROS clock). If it goes backwards (sim time reset), the planner
+treats it as a reset at the commanded position: chunks are dropped, velocity set to zero, and it
+holds ('clock jumped backwards') until a chunk stamped on the new time base arrives.
+"""
+from dataclasses import dataclass
+import enum
+import math
+
+import numpy as np
+
+from pi0_ros.control.action_chunk import Chunk
+from pi0_ros.control.limits import JointLimits
+
+MAX_REFERENCE_SEGMENTS = 16
+REASON_WAITING = 'waiting for chunk'
+REASON_EXHAUSTED = 'chunk exhausted'
+REASON_DISABLED = 'disabled'
+REASON_ESTOP = 'e-stop'
+REASON_CLOCK = 'clock jumped backwards'
+REASON_NOT_RESET = 'not reset'
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """
+    Planner settings (seconds).
+
+    control_period: expected interval between step() calls (the control timer period).
+    points_per_message: N, trajectory points returned per step (>= 2).
+    point_spacing: h, time between successive points; the lookahead N * h must cover at least two
+        control periods so that the controller never runs out of plan between ticks.
+    blend_duration: time over which a new chunk is blended into the executing reference from its
+        arrival (0 switches at once; the tracker still bounds velocity and acceleration).
+    temporal_ensembling: average overlapping chunks with ACT-style exponential weights.
+    ensembling_decay: m in the weights exp(-m * i), i = 0 for the oldest chunk (>= 0).
+    """
+
+    control_period: float = 0.02
+    points_per_message: int = 10
+    point_spacing: float = 0.02
+    blend_duration: float = 0.2
+    temporal_ensembling: bool = False
+    ensembling_decay: float = 0.1
+
+    def __post_init__(self):
+        for name in ('control_period', 'point_spacing'):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f'{name} must be a finite number > 0, got {value!r}')
+        if isinstance(self.points_per_message, bool) or not isinstance(
+                self.points_per_message, int) or self.points_per_message < 2:
+            raise ValueError(f'points_per_message must be an integer >= 2, '
+                             f'got {self.points_per_message!r}')
+        if self.lookahead_duration < 2 * self.control_period:
+            raise ValueError(f'points_per_message * point_spacing = {self.lookahead_duration} s '
+                             f'must be at least two control periods '
+                             f'({2 * self.control_period} s)')
+        for name in ('blend_duration', 'ensembling_decay'):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+        if not isinstance(self.temporal_ensembling, bool):
+            raise ValueError(f'temporal_ensembling must be a bool, '
+                             f'got {self.temporal_ensembling!r}')
+
+    @property
+    def lookahead_duration(self) -> float:
+        """Return the time covered by one message, points_per_message * point_spacing."""
+        return self.points_per_message * self.point_spacing
+
+
+class PlannerState(enum.Enum):
+    """What the planner is doing."""
+
+    DISABLED = 'disabled'
+    FOLLOWING = 'following'
+    HOLDING = 'holding'
+    ESTOP = 'estop'
+
+
+@dataclass(frozen=True, eq=False)
+class PlanPoints:
+    """Trajectory points from start_time (the step's `now`); JTC header stamp 0 = start now."""
+
+    times_from_start: np.ndarray
+    positions: np.ndarray
+    velocities: np.ndarray
+    state: PlannerState
+    hold_reason: str | None
+    start_time: float = 0.0
+
+    def __len__(self) -> int:
+        return int(self.times_from_start.size)
+
+
+@dataclass(frozen=True)
+class AddChunkResult:
+    """Outcome of ChunkPlanner.add_chunk; skipped_actions counts actions already in the past."""
+
+    accepted: bool
+    skipped_actions: int
+    reason: str
+
+
+def smootherstep(x: np.ndarray) -> np.ndarray:
+    """Return the C2 blend weight 6x^5 - 15x^4 + 10x^3 of x clipped to [0, 1]."""
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * x * (x * (6.0 * x - 15.0) + 10.0)
+
+
+def max_speed_to_stop(room: np.ndarray, max_acceleration: np.ndarray, h: float) -> np.ndarray:
+    """
+    Return the largest next velocity v' >= 0 after which the planner can stop within `room`.
+
+    room is the distance to the bound left after the current velocity's share of the next step
+    (bound - q - h * v / 2). Stopping means the discrete braking of the planner: the velocity drops
+    by max_acceleration * h per point. That travels g(v') = h * v' * (m + 1) - A h^2 m (m + 1) / 2
+    with m = floor(v' / (A h)), piecewise linear in v', inverted here exactly. A negative room
+    returns the (negative) velocity that lands the next point on the bound.
+    """
+    a_h2 = max_acceleration * h * h
+    with np.errstate(invalid='ignore', over='ignore'):
+        safe_room = np.maximum(room, 0.0)
+        m = np.floor((np.sqrt(1.0 + 8.0 * safe_room / a_h2) - 1.0) / 2.0)
+        speed = (safe_room + a_h2 * m * (m + 1.0) / 2.0) / (h * (m + 1.0))
+    speed = np.where(np.isinf(room), np.inf, speed)
+    return np.where(room < 0.0, 2.0 * room / h, speed)
+
+
+class _Segment:
+    """One reference source: a chunk (blended in from `start`) or a constant position."""
+
+    __slots__ = ('chunk', 'position', 'start')
+
+    def __init__(self, start: float, chunk: Chunk | None = None,
+                 position: np.ndarray | None = None):
+        self.start = start
+        self.chunk = chunk
+        self.position = position
+
+    def at(self, times: np.ndarray) -> np.ndarray:
+        if self.chunk is None:
+            return np.broadcast_to(self.position, (times.size, self.position.size))
+        return self.chunk.sample_many(times)
+
+
+class ChunkPlanner:
+    """Plans the next trajectory points from action chunks within joint limits (module doc)."""
+
+    def __init__(self, config: PlannerConfig, limits: JointLimits):
+        self.config = config
+        self.limits = limits
+        num_points = config.points_per_message
+        h = config.point_spacing
+        self._times = h * np.arange(1, num_points + 1, dtype=np.float64)
+        self._times.setflags(write=False)
+        # Sample offsets of the reference: -h/2, 0, h/2, ..., (N + 1/2) h.
+        self._reference_offsets = 0.5 * h * np.arange(-1, 2 * num_points + 2, dtype=np.float64)
+        # Speed that still allows a stop by the last point, per point index i = 1..N.
+        self._horizon_speed = (limits.max_acceleration[None, :] * h
+                               * (num_points - np.arange(1, num_points + 1))[:, None])
+        self._enabled = False
+        self._estopped = False
+        self._is_reset = False
+        self._mode = PlannerState.HOLDING
+        self._hold_reason: str | None = REASON_NOT_RESET
+        self._segments: list[_Segment] = []
+        self._last_t0 = -math.inf
+        self._time = 0.0
+        self._position = np.zeros(limits.num_joints)
+        self._velocity = np.zeros(limits.num_joints)
+        self._plan: PlanPoints | None = None
+        self._plan_start_position = self._position
+        self._plan_start_velocity = self._velocity
+
+    # ---------------------------------------------------------------- state and commands
+    @property
+    def state(self) -> PlannerState:
+        """Return what the planner does now; ESTOP and DISABLED apply at once, others at step."""
+        if self._estopped:
+            return PlannerState.ESTOP
+        if not (self._enabled and self._is_reset):
+            return PlannerState.DISABLED
+        return self._mode
+
+    @property
+    def hold_reason(self) -> str | None:
+        """Return why the planner holds, None while following."""
+        if self._estopped:
+            return REASON_ESTOP
+        if not self._is_reset:
+            return REASON_NOT_RESET
+        if not self._enabled:
+            return REASON_DISABLED
+        return self._hold_reason
+
+    @property
+    def commanded_position(self) -> np.ndarray:
+        """Return the commanded position [J] at the last step (or reset) time."""
+        return self._position.copy()
+
+    @property
+    def commanded_velocity(self) -> np.ndarray:
+        """Return the commanded velocity [J] at the last step (or reset) time."""
+        return self._velocity.copy()
+
+    @property
+    def effective_max_velocity(self) -> np.ndarray:
+        """Return the speed the planner can reach: min(max_velocity, A * h * (N - 1))."""
+        return np.minimum(self.limits.max_velocity, self._horizon_speed[0])
+
+    def set_enabled(self, enabled: bool) -> None:
+        """Enable or disable following; disabled means hold (decelerate, then stay)."""
+        self._enabled = bool(enabled)
+
+    def estop(self) -> None:
+        """Latch an emergency stop: decelerate at the limit, hold until it is cleared."""
+        self._estopped = True
+
+    def clear_estop(self) -> None:
+        """Release a latched e-stop; motion resumes with the next chunk added afterwards."""
+        self._estopped = False
+
+    def reset(self, position: np.ndarray, now: float) -> None:
+        """Start from a measured position (clipped to the limits) at rest at time now."""
+        position = np.asarray(position, dtype=np.float64)
+        if position.shape != (self.limits.num_joints,) or not np.isfinite(position).all():
+            raise ValueError(f'reset position must be {self.limits.num_joints} finite values, '
+                             f'got {position!r}')
+        if not math.isfinite(now):
+            raise ValueError(f'now must be finite, got {now!r}')
+        self._is_reset = True
+        self._restart(self.limits.clamp_position(position), float(now), REASON_WAITING)
+
+    def _restart(self, position: np.ndarray, now: float, reason: str) -> None:
+        self._time = now
+        self._position = position
+        self._velocity = np.zeros_like(position)
+        self._plan = None
+        self._segments = [_Segment(now, position=position.copy())]
+        self._last_t0 = -math.inf
+        self._mode = PlannerState.HOLDING
+        self._hold_reason = reason
+
+    # ---------------------------------------------------------------- chunks
+    def add_chunk(self, chunk: Chunk, now: float) -> AddChunkResult:
+        """Blend a chunk into the reference from now on; past actions are skipped, never late."""
+        if self._estopped:
+            return AddChunkResult(False, 0, 'e-stop latched')
+        if not self._is_reset:
+            return AddChunkResult(False, 0, 'planner not reset')
+        if not self._enabled:
+            return AddChunkResult(False, 0, 'planner disabled')
+        if chunk.num_joints != self.limits.num_joints:
+            return AddChunkResult(False, 0, f'chunk has {chunk.num_joints} joints, expected '
+                                            f'{self.limits.num_joints}')
+        if not (math.isfinite(chunk.t0) and math.isfinite(chunk.dt) and chunk.dt > 0):
+            return AddChunkResult(False, 0, f'bad chunk time base t0={chunk.t0} dt={chunk.dt}')
+        if not np.isfinite(chunk.actions).all():
+            return AddChunkResult(False, 0, 'chunk has non-finite actions')
+        if now < self._time:
+            # The clock went back; step() handles the reset, this chunk is judged afterwards.
+            self._restart(self._position.copy(), float(now), REASON_CLOCK)
+        past = int(np.count_nonzero(chunk.t0 + chunk.dt * np.arange(chunk.horizon) < now))
+        if past == chunk.horizon:
+            return AddChunkResult(False, past, f'chunk wholly in the past (ends '
+                                               f'{now - chunk.end_time:.3f} s before now)')
+        if chunk.t0 < self._last_t0:
+            return AddChunkResult(False, past, f'chunk older than the executing one '
+                                               f'(t0 {chunk.t0} < {self._last_t0})')
+        clamped = Chunk(chunk.t0, chunk.dt, self.limits.clamp_position(chunk.actions),
+                        chunk.sequence)
+        if not self._segments:
+            # Holding after a stop: blend in from where the command is.
+            self._segments.append(_Segment(now, position=self._position.copy()))
+        self._segments.append(_Segment(float(now), chunk=clamped))
+        if len(self._segments) > MAX_REFERENCE_SEGMENTS:
+            del self._segments[0]
+        self._last_t0 = chunk.t0
+        return AddChunkResult(True, past, 'accepted')
+
+    def remaining_horizon(self, now: float) -> float:
+        """Return the seconds of chunk left after now (0 without a chunk or while holding)."""
+        ends = [s.chunk.end_time for s in self._segments if s.chunk is not None]
+        if not ends or self.state in (PlannerState.ESTOP, PlannerState.DISABLED):
+            return 0.0
+        return max(0.0, max(ends) - now)
+
+    # ---------------------------------------------------------------- reference
+    def _prune(self, now: float) -> None:
+        blend = self.config.blend_duration
+        segments = self._segments
+        if self.config.temporal_ensembling:
+            newest = segments[-1]
+            kept = [s for s in segments
+                    if s is newest or (s.chunk is not None and s.chunk.end_time >= now)
+                    or (s.chunk is None and len(segments) > 1 and now < segments[1].start + blend)]
+            self._segments = kept
+            return
+        for index in range(len(segments) - 1, 0, -1):
+            if now >= segments[index].start + blend:
+                del segments[:index]
+                return
+
+    def _blend_weight(self, times: np.ndarray, start: float) -> np.ndarray:
+        if self.config.blend_duration == 0.0:
+            return (times >= start).astype(np.float64)
+        return smootherstep((times - start) / self.config.blend_duration)
+
+    def reference(self, times: np.ndarray) -> np.ndarray:
+        """Return the blended reference positions [M, J] at the times [M] (for tests, plots)."""
+        times = np.asarray(times, dtype=np.float64)
+        segments = self._segments
+        if self.config.temporal_ensembling:
+            return self._ensemble(times, segments)
+        reference = np.array(segments[0].at(times))
+        for segment in segments[1:]:
+            weight = self._blend_weight(times, segment.start)[:, None]
+            reference += weight * (segment.at(times) - reference)
+        return reference
+
+    def _ensemble(self, times: np.ndarray, segments: list) -> np.ndarray:
+        base = segments[0] if segments[0].chunk is None else None
+        chunks = [s for s in segments if s.chunk is not None]
+        if not chunks:
+            return np.array(base.at(times))
+        total = np.zeros((times.size, 1))
+        weighted = np.zeros((times.size, self.limits.num_joints))
+        for index, segment in enumerate(chunks):
+            covered = times <= segment.chunk.end_time
+            weight = (math.exp(-self.config.ensembling_decay * index) * covered
+                      * self._blend_weight(times, segment.start))[:, None]
+            total += weight
+            weighted += weight * segment.at(times)
+        newest = chunks[-1].at(times)
+        with np.errstate(invalid='ignore', divide='ignore'):
+            ensemble = np.where(total > 0.0, weighted / np.maximum(total, 1e-300), newest)
+        if base is None:
+            return ensemble
+        weight = self._blend_weight(times, chunks[0].start)[:, None]
+        return base.at(times) + weight * (ensemble - base.at(times))
+
+    # ---------------------------------------------------------------- stepping
+    def _state_at(self, now: float) -> None:
+        """Advance the commanded state to now along the last published plan."""
+        plan = self._plan
+        if plan is None:
+            return
+        h = self.config.point_spacing
+        offset = now - plan.start_time
+        index = int(offset // h)
+        if index >= len(plan):
+            self._position = plan.positions[-1].copy()
+            self._velocity = np.zeros_like(self._position)
+            return
+        if index <= 0:
+            start_q, start_v = self._plan_start_position, self._plan_start_velocity
+        else:
+            start_q, start_v = plan.positions[index - 1], plan.velocities[index - 1]
+        end_v = plan.velocities[index]
+        tau = offset - index * h
+        acceleration = (end_v - start_v) / h
+        self._position = start_q + start_v * tau + 0.5 * acceleration * tau * tau
+        self._velocity = start_v + acceleration * tau
+
+    def step(self, now: float, hold_reason: str | None = None) -> PlanPoints:
+        """
+        Advance the commanded state to now and return the next points (see module doc).
+
+        Returns an empty PlanPoints (nothing to publish) until reset() has been called.
+        """
+        num_joints = self.limits.num_joints
+        if not self._is_reset:
+            empty = np.zeros((0, num_joints))
+            return PlanPoints(np.zeros(0), empty, empty.copy(), PlannerState.DISABLED,
+                              REASON_NOT_RESET, float(now))
+        now = float(now)
+        if not math.isfinite(now):
+            raise ValueError(f'now must be finite, got {now!r}')
+        if now < self._time:
+            self._restart(self._position.copy(), now, REASON_CLOCK)
+        else:
+            self._state_at(now)
+            self._time = now
+
+        brake_reason = None
+        if self._estopped:
+            brake_reason = REASON_ESTOP
+        elif not self._enabled:
+            brake_reason = REASON_DISABLED
+        elif hold_reason is not None:
+            brake_reason = str(hold_reason)
+        if brake_reason is not None:
+            self._segments = []
+            self._mode = PlannerState.HOLDING
+            self._hold_reason = brake_reason
+            positions, velocities = self._brake()
+        else:
+            if not self._segments:
+                self._segments = [_Segment(now, position=self._position.copy())]
+            self._prune(now)
+            chunk_ends = [s.chunk.end_time for s in self._segments if s.chunk is not None]
+            if not chunk_ends:
+                self._mode = PlannerState.HOLDING
+                if self._hold_reason not in (REASON_CLOCK, REASON_WAITING):
+                    self._hold_reason = REASON_WAITING
+            elif now > max(chunk_ends):
+                self._mode, self._hold_reason = PlannerState.HOLDING, REASON_EXHAUSTED
+            else:
+                self._mode, self._hold_reason = PlannerState.FOLLOWING, None
+            positions, velocities = self._track(now)
+
+        plan = PlanPoints(self._times.copy(), positions, velocities, self.state, self.hold_reason,
+                          now)
+        self._plan = plan
+        self._plan_start_position = self._position.copy()
+        self._plan_start_velocity = self._velocity.copy()
+        return plan
+
+    def _bounded_velocity(self, index: int, q: np.ndarray, v: np.ndarray,
+                          desired: np.ndarray) -> np.ndarray:
+        """Clip a desired next velocity to the speed, horizon, position and accel limits."""
+        h = self.config.point_spacing
+        limits = self.limits
+        accel = limits.max_acceleration
+        speed = np.minimum(limits.max_velocity, self._horizon_speed[index - 1])
+        upper = np.minimum(speed, max_speed_to_stop(limits.position_upper - q - 0.5 * h * v,
+                                                    accel, h))
+        lower = np.maximum(-speed, -max_speed_to_stop(q - limits.position_lower + 0.5 * h * v,
+                                                      accel, h))
+        bounded = np.minimum(np.maximum(desired, lower), upper)
+        # The acceleration limit wins where the two disagree (only from an infeasible state).
+        return np.clip(bounded, v - accel * h, v + accel * h)
+
+    def _brake(self) -> tuple[np.ndarray, np.ndarray]:
+        h = self.config.point_spacing
+        step = self.limits.max_acceleration * h
+        count = self.config.points_per_message
+        positions = np.empty((count, self.limits.num_joints))
+        velocities = np.empty_like(positions)
+        q, v = self._position, self._velocity
+        for index in range(count):
+            v_next = v - np.sign(v) * np.minimum(np.abs(v), step)
+            if index == count - 1:
+                v_next = np.zeros_like(v)
+            q = self.limits.clamp_position(q + 0.5 * h * (v + v_next))
+            positions[index], velocities[index] = q, v_next
+            v = v_next
+        return positions, velocities
+
+    def _track(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        h = self.config.point_spacing
+        count = self.config.points_per_message
+        samples = self.reference(now + self._reference_offsets)
+        references = samples[1::2]                        # times now + i h, i = 0..N
+        reference_velocities = (samples[2::2] - samples[0:-1:2]) / h
+        accel = self.limits.max_acceleration
+        positions = np.empty((count, self.limits.num_joints))
+        velocities = np.empty_like(positions)
+        q, v = self._position, self._velocity
+        for index in range(1, count + 1):
+            error = q - references[index - 1]
+            relative_velocity = v - reference_velocities[index - 1]
+            # Deadbeat: two points to reach a constant-velocity reference.
+            desired = -0.5 * relative_velocity - error / h
+            # Approach speed toward the next reference point bounded so that it can stop there.
+            gap = references[index] - q
+            direction = np.where(gap >= 0.0, 1.0, -1.0)
+            room = np.abs(gap) - 0.5 * h * direction * relative_velocity
+            approach = max_speed_to_stop(room, accel, h)
+            desired = np.where(direction * desired > approach, direction * approach, desired)
+            v_next = self._bounded_velocity(index, q, v,
+                                            reference_velocities[index] + desired)
+            if index == count:
+                v_next = np.zeros_like(v_next)
+            q = self.limits.clamp_position(q + 0.5 * h * (v + v_next))
+            positions[index - 1], velocities[index - 1] = q, v_next
+            v = v_next
+        return positions, velocities
