@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Joint trajectory following with joint_trajectory_controller semantics (numpy only).
+"""
+Joint trajectory following with joint_trajectory_controller semantics (numpy only).
 
 Times are seconds on one clock (the simulator's ROS clock). A trajectory's start time is its
 header stamp, or the time it is received when the stamp is 0. Trajectory replacement: a new

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Binary STL simplification by vertex clustering (numpy only).
+"""
+Binary STL simplification by vertex clustering (numpy only).
 
 The SO-101 CAD meshes have 322k triangles; a CPU (llvmpipe) renderer spends most of a frame on
 them. This tool made the shipped `assets/so101/assets/*.stl` from the originals of
@@ -57,7 +58,7 @@ def cluster_vertices(triangles: np.ndarray, cell: float) -> np.ndarray:
 
 def main(argv=None) -> int:
     """Simplify every .stl of a folder into another folder."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('source', type=Path)
     parser.add_argument('target', type=Path)
     parser.add_argument('--cell', type=float, default=0.0015, help='grid cell size (m)')

