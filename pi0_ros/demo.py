@@ -1,14 +1,365 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The main job: simulator + control node for a fixed time, then a report (`make demo`)."""
+"""The main job (`make demo`): the simulated SO-101 arm driven by the control node, then a report.
+
+Starts the MuJoCo simulator and the control node as processes on a private ROS domain (the same
+executables `ros2 launch pi0_ros sim.launch.py` starts), sends an instruction, shows a live status
+line, and after `--duration` seconds stops both and writes a report folder: summary.json,
+joints.png (commanded vs measured), latency.png, control_period.png and cameras.png.
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+import signal
+import subprocess
 import sys
+import time
+
+import numpy as np
+
+RANDOM_WEIGHTS_NOTE = (
+    'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
+    'LeRobot pi0 checkpoint directory with CHECKPOINT=/path/to/checkpoint (and DEVICE=cuda).')
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--duration', type=float, default=30.0, help='seconds of control')
+    parser.add_argument('--checkpoint', default='', help='LeRobot pi0 checkpoint directory')
+    parser.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')
+    parser.add_argument('--precision', default='auto', help='auto | fp32 | bf16 | fp16')
+    parser.add_argument('--instruction', default='pick up the red cube and place it in the bowl')
+    parser.add_argument('--image-width', type=int, default=320)
+    parser.add_argument('--image-height', type=int, default=240)
+    parser.add_argument('--camera-rate', type=float, default=10.0)
+    parser.add_argument('--control-rate', type=float, default=50.0)
+    parser.add_argument('--startup-timeout', type=float, default=300.0,
+                        help='seconds to wait for the node to follow the policy')
+    parser.add_argument('--output', default='reports/demo', help='report folder')
+    parser.add_argument('--domain-id', type=int, default=None,
+                        help='ROS_DOMAIN_ID (default: derived from the process id)')
+    return parser.parse_args(argv)
+
+
+class Process:
+    """A child process of the demo with its log file."""
+
+    def __init__(self, name, command, env, log_dir):
+        self.name = name
+        self.log_path = log_dir / f'{name}.log'
+        self._log = open(self.log_path, 'wb')
+        self.popen = subprocess.Popen(command, env=env, stdout=self._log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def stop(self, timeout=20.0):
+        """SIGINT, then SIGKILL of its process group; return the exit code."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=timeout)
+        self._log.close()
+        return self.popen.returncode
+
+    def tail(self, lines=20):
+        return '\n'.join(self.log_path.read_text(errors='replace').splitlines()[-lines:])
+
+
+def ros_args(parameters, remaps=()):
+    args = ['--ros-args']
+    for source, target in remaps:
+        args += ['-r', f'{source}:={target}']
+    for key, value in parameters.items():
+        if isinstance(value, bool):
+            value = 'true' if value else 'false'
+        elif isinstance(value, str):
+            value = "'" + value + "'"
+        args += ['-p', f'{key}:={value}']
+    return args
+
+
+class Recorder:
+    """Subscribes to what the demo reports on and keeps it with receive times."""
+
+    def __init__(self, node, joint_names):
+        from pi0_ros.msg import ActionChunk, PolicyStatus
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image, JointState
+        from trajectory_msgs.msg import JointTrajectory
+        self.joint_names = list(joint_names)
+        self.commands = []      # (receive time, first point positions)
+        self.command_times = []
+        self.measured = []      # (receive time, positions)
+        self.latencies_ms = []
+        self.statuses = []
+        self.frames = {}
+        self.non_finite_commands = 0
+        node.create_subscription(JointTrajectory, 'arm_controller/joint_trajectory',
+                                 self.trajectory_callback, 10)
+        node.create_subscription(JointState, 'joint_states', self.joint_state_callback,
+                                 qos_profile_sensor_data)
+        node.create_subscription(ActionChunk, 'pi0_ros/action_chunk',
+                                 lambda msg: self.latencies_ms.append(msg.total_ms), 10)
+        node.create_subscription(PolicyStatus, 'pi0_ros/status', self.statuses.append, 10)
+        for camera in ('front', 'side', 'wrist'):
+            node.create_subscription(Image, f'camera/{camera}/image_raw',
+                                     lambda msg, c=camera: self.frames.__setitem__(c, msg),
+                                     qos_profile_sensor_data)
+
+    def trajectory_callback(self, msg):
+        now = time.monotonic()
+        self.command_times.append(now)
+        if not msg.points:
+            return
+        positions = np.array(msg.points[0].positions, dtype=np.float64)
+        if not np.all(np.isfinite(positions)):
+            self.non_finite_commands += 1
+        index = [list(msg.joint_names).index(n) for n in self.joint_names]
+        self.commands.append((now, positions[index]))
+
+    def joint_state_callback(self, msg):
+        if all(n in msg.name for n in self.joint_names):
+            index = [list(msg.name).index(n) for n in self.joint_names]
+            self.measured.append((time.monotonic(), np.array(msg.position)[index]))
+
+
+def status_line(elapsed, duration, recorder):
+    status = recorder.statuses[-1] if recorder.statuses else None
+    if status is None:
+        return f'\r[{elapsed:5.1f}/{duration:.0f} s] waiting for the control node...'
+    states = {0: 'disabled', 1: 'following', 2: 'holding', 3: 'E-STOP'}
+    state = states.get(status.output_state, '?')
+    if status.hold_reason and status.output_state != 1:
+        state += f' ({status.hold_reason})'
+    return (f'\r[{elapsed:5.1f}/{duration:.0f} s] output {status.control_rate_hz:5.1f} Hz | '
+            f'inference p50 {status.inference_latency_p50_ms:6.1f} ms | observation age '
+            f'{status.observation_age_s * 1e3:6.0f} ms | chunks {status.chunks_produced:4d} | '
+            f'{state:<28}')
+
+
+def summarize(recorder, limits, control_rate, window):
+    """Compute the report's numbers over the measured window (monotonic start, end)."""
+    start, end = window
+    command_times = np.array([t for t in recorder.command_times if start <= t <= end])
+    periods = np.diff(command_times) if command_times.size > 1 else np.empty(0)
+    rate = (command_times.size - 1) / (command_times[-1] - command_times[0]) \
+        if command_times.size > 1 else 0.0
+    commands = [(t, q) for t, q in recorder.commands if start <= t <= end]
+    measured = [(t, q) for t, q in recorder.measured if start <= t <= end]
+    lower, upper = np.asarray(limits.position_lower), np.asarray(limits.position_upper)
+    out_of_limits = sum(int(np.any(q < lower - 1e-9) or np.any(q > upper + 1e-9))
+                        for _, q in commands)
+    tracking = []
+    if commands and measured:
+        measured_times = np.array([t for t, _ in measured])
+        measured_positions = np.stack([q for _, q in measured])
+        for t, q in commands:
+            i = min(np.searchsorted(measured_times, t), len(measured_times) - 1)
+            tracking.append(np.abs(measured_positions[i] - q))
+    tracking = np.array(tracking)
+    latencies = np.array(recorder.latencies_ms)
+    last = recorder.statuses[-1] if recorder.statuses else None
+    motion = 0.0
+    if measured:
+        positions = np.stack([q for _, q in measured])
+        motion = float(np.max(positions.max(axis=0) - positions.min(axis=0)))
+    return {
+        'commands': int(command_times.size),
+        'output_rate_hz': rate,
+        'output_rate_error': (rate - control_rate) / control_rate if rate else -1.0,
+        'control_period_ms': {
+            'p50': float(np.percentile(periods, 50) * 1e3) if periods.size else None,
+            'p99': float(np.percentile(periods, 99) * 1e3) if periods.size else None,
+            'jitter_p99': float(np.percentile(np.abs(periods - periods.mean()), 99) * 1e3)
+            if periods.size else None},
+        'inference_latency_ms': {
+            'count': int(latencies.size),
+            'p50': float(np.percentile(latencies, 50)) if latencies.size else None,
+            'p99': float(np.percentile(latencies, 99)) if latencies.size else None},
+        'tracking_error_rad': {
+            'mean': float(tracking.mean()) if tracking.size else None,
+            'max': float(tracking.max()) if tracking.size else None},
+        'measured_motion_range_rad': motion,
+        'commands_out_of_limits': out_of_limits,
+        'non_finite_commands': recorder.non_finite_commands,
+        'final_status': None if last is None else {
+            'chunks_produced': last.chunks_produced, 'actions_skipped': last.actions_skipped,
+            'observations_synced': last.observations_synced,
+            'observations_dropped': last.observations_dropped,
+            'inputs_rejected': last.inputs_rejected, 'engine_detail': last.engine_detail},
+    }
+
+
+def write_plots(output, recorder, joint_names, window):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    start = window[0]
+    figure, axes = plt.subplots(len(joint_names), 1, figsize=(10, 2 * len(joint_names)),
+                                sharex=True)
+    for j, (axis, name) in enumerate(zip(axes, joint_names)):
+        if recorder.commands:
+            axis.plot([t - start for t, _ in recorder.commands],
+                      [q[j] for _, q in recorder.commands], label='commanded', lw=1.2)
+        if recorder.measured:
+            axis.plot([t - start for t, _ in recorder.measured],
+                      [q[j] for _, q in recorder.measured], label='measured', lw=0.8)
+        axis.set_ylabel(f'{name}\n[rad]')
+    axes[0].legend(loc='upper right')
+    axes[-1].set_xlabel('time [s]')
+    figure.suptitle('Commanded (first trajectory point) vs measured joint positions')
+    figure.tight_layout()
+    figure.savefig(output / 'joints.png', dpi=90)
+    plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    axis.hist(recorder.latencies_ms, bins=40)
+    axis.set_xlabel('inference latency per chunk [ms]')
+    axis.set_ylabel('chunks')
+    axis.set_title('Engine latency (ActionChunk.total_ms)')
+    figure.tight_layout()
+    figure.savefig(output / 'latency.png', dpi=90)
+    plt.close(figure)
+
+    times = np.array([t for t in recorder.command_times if t >= start])
+    figure, axis = plt.subplots(figsize=(7, 4))
+    if times.size > 1:
+        axis.hist(np.diff(times) * 1e3, bins=60)
+    axis.set_xlabel('period between received commands [ms]')
+    axis.set_ylabel('count')
+    axis.set_title('Control period (as received over DDS)')
+    figure.tight_layout()
+    figure.savefig(output / 'control_period.png', dpi=90)
+    plt.close(figure)
+
+    from pi0_ros.conversions import image_to_rgb
+    frames = [image_to_rgb(recorder.frames[c], 4096, 4096)
+              for c in ('front', 'side', 'wrist') if c in recorder.frames]
+    if frames:
+        figure, axes = plt.subplots(1, len(frames), figsize=(4 * len(frames), 3.3))
+        for axis, frame, name in zip(np.atleast_1d(axes), frames, ('front', 'side', 'wrist')):
+            axis.imshow(frame)
+            axis.set_title(name)
+            axis.axis('off')
+        figure.tight_layout()
+        figure.savefig(output / 'cameras.png', dpi=90)
+        plt.close(figure)
 
 
 def main(argv=None):
-    """Run the demo (not built yet: says so and fails)."""
-    print('pi0_ros demo: not built yet (the simulator and control node land with issues 4 and 5).',
-          file=sys.stderr)
-    return 1
+    """Run the demo; return 0 when everything worked, 1 otherwise."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    output = Path(args.output).resolve()
+    output.mkdir(parents=True, exist_ok=True)
+    domain_id = args.domain_id if args.domain_id is not None else 1 + os.getpid() % 100
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1')
+    env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    env.setdefault('MUJOCO_GL', 'egl')
+    os.environ.update({k: env[k] for k in ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE')})
+
+    import rclpy
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from pi0_ros.sim.scene import joint_limits
+
+    limits = joint_limits()
+    print(f'pi0_ros demo: simulated SO-101 + control node for {args.duration:.0f} s '
+          f'(ROS_DOMAIN_ID={domain_id}); report in {output}')
+    if not args.checkpoint:
+        print(RANDOM_WEIGHTS_NOTE)
+    sim = Process('sim', [sys.executable, '-m', 'pi0_ros.sim.node'] + ros_args(
+        {'image_width': args.image_width, 'image_height': args.image_height,
+         'camera_rate': args.camera_rate}), env, output)
+    control = Process('control', [sys.executable, '-m', 'pi0_ros.node'] + ros_args(
+        {'checkpoint': args.checkpoint, 'device': args.device, 'precision': args.precision,
+         'control_rate': args.control_rate, 'max_image_width': max(args.image_width, 64),
+         'max_image_height': max(args.image_height, 64)},
+        remaps=[('joint_trajectory', 'arm_controller/joint_trajectory')]), env, output)
+    processes = [sim, control]
+
+    rclpy.init()
+    node = rclpy.create_node('pi0_demo')
+    recorder = Recorder(node, limits.names)
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    node.create_publisher(String, 'instruction', latched).publish(String(data=args.instruction))
+    failures = []
+    window = (time.monotonic(), time.monotonic())
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < args.startup_timeout:
+            rclpy.spin_once(node, timeout_sec=0.1)
+            if recorder.statuses and recorder.statuses[-1].output_state == 1:
+                break
+            if not all(p.alive() for p in processes):
+                break
+            print(status_line(0.0, args.duration, recorder), end='', flush=True)
+        else:
+            failures.append(f'the control node did not follow the policy within '
+                            f'{args.startup_timeout:.0f} s')
+        print(f'\nready after {time.monotonic() - started:.1f} s of start-up')
+        begin = time.monotonic()
+        next_print = begin
+        while not failures and time.monotonic() - begin < args.duration:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            if time.monotonic() >= next_print:
+                print(status_line(time.monotonic() - begin, args.duration, recorder), end='',
+                      flush=True)
+                next_print += 0.5
+            dead = [p.name for p in processes if not p.alive()]
+            if dead:
+                failures.append(f'process exited early: {", ".join(dead)}')
+        window = (begin, time.monotonic())
+        print()
+    except KeyboardInterrupt:
+        failures.append('interrupted')
+    finally:
+        exit_codes = {p.name: p.stop() for p in reversed(processes)}
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+    summary = summarize(recorder, limits, args.control_rate, window)
+    summary.update({'duration_s': window[1] - window[0], 'checkpoint': args.checkpoint or None,
+                    'device': args.device, 'instruction': args.instruction,
+                    'exit_codes': exit_codes, 'note': RANDOM_WEIGHTS_NOTE
+                    if not args.checkpoint else ''})
+    for name, code in exit_codes.items():
+        if code not in (0, -signal.SIGINT):
+            failures.append(f'{name} exited with {code}')
+    if summary['commands'] == 0:
+        failures.append('no trajectory commands were received')
+    elif abs(summary['output_rate_error']) > 0.05:
+        failures.append(f"output rate {summary['output_rate_hz']:.1f} Hz is off target")
+    if summary['commands_out_of_limits'] or summary['non_finite_commands']:
+        failures.append('unsafe commands were published')
+    summary['failures'] = failures
+    (output / 'summary.json').write_text(json.dumps(summary, indent=2))
+    write_plots(output, recorder, limits.names, window)
+    latency = summary['inference_latency_ms']
+    tracking = summary['tracking_error_rad']
+    print(f"output {summary['output_rate_hz']:.2f} Hz (target {args.control_rate:.0f}), "
+          f"period jitter p99 {summary['control_period_ms']['jitter_p99'] or 0:.2f} ms; "
+          f"inference p50 {latency['p50'] or 0:.1f} ms over {latency['count']} chunks; "
+          f"tracking error mean {tracking['mean'] or 0:.3f} rad")
+    print(f'report: {output}/summary.json, joints.png, latency.png, control_period.png, '
+          'cameras.png')
+    if failures:
+        for failure in failures:
+            print(f'FAILED: {failure}', file=sys.stderr)
+        for process in processes:
+            print(f'--- last lines of {process.name}.log ---\n{process.tail()}', file=sys.stderr)
+        return 1
+    if not args.checkpoint:
+        print(RANDOM_WEIGHTS_NOTE)
+    return 0
 
 
 if __name__ == '__main__':

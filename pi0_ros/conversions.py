@@ -1,0 +1,201 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Conversions between ROS messages and the plain arrays the engine and control layers use.
+
+Everything that arrives from outside is validated here; a bad message raises `InputRejected`
+with a short reason (used as a counter key) and a detail for the log.
+"""
+from dataclasses import dataclass
+
+from builtin_interfaces.msg import Duration, Time
+import cv2
+from cv_bridge import CvBridge, CvBridgeError
+import numpy as np
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+# Raw encodings the node accepts, with the OpenCV conversion to RGB (None: already RGB).
+RAW_ENCODINGS = {
+    'rgb8': None,
+    'bgr8': cv2.COLOR_BGR2RGB,
+    'rgba8': cv2.COLOR_RGBA2RGB,
+    'bgra8': cv2.COLOR_BGRA2RGB,
+    'mono8': cv2.COLOR_GRAY2RGB,
+}
+COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+
+_bridge = CvBridge()
+
+
+class InputRejected(ValueError):
+    """A message that failed validation; `reason` is a short, stable counter key."""
+
+    def __init__(self, reason, detail=''):
+        super().__init__(f'{reason}: {detail}' if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def stamp_to_seconds(stamp):
+    """Convert a builtin_interfaces/Time to float seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def stamp_to_nanoseconds(stamp):
+    """Convert a builtin_interfaces/Time to integer nanoseconds."""
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def seconds_to_stamp(seconds):
+    """Convert float seconds to a builtin_interfaces/Time."""
+    nanoseconds = int(round(seconds * 1e9))
+    return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+
+
+def seconds_to_duration(seconds):
+    """Convert non-negative float seconds to a builtin_interfaces/Duration."""
+    nanoseconds = int(round(seconds * 1e9))
+    return Duration(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+
+
+def _check_size(width, height, max_width, max_height):
+    if width <= 0 or height <= 0:
+        raise InputRejected('empty image', f'{width}x{height}')
+    if width > max_width or height > max_height:
+        raise InputRejected('image too large',
+                            f'{width}x{height} exceeds {max_width}x{max_height}')
+
+
+def image_to_rgb(msg, max_width, max_height):
+    """Convert a sensor_msgs/Image to a contiguous uint8 RGB array [H, W, 3].
+
+    Accepts rgb8, bgr8, rgba8, bgra8 and mono8, with row padding (step > width * channels).
+    """
+    if msg.encoding not in RAW_ENCODINGS:
+        raise InputRejected('unsupported encoding',
+                            f"'{msg.encoding}' (accepted: {', '.join(RAW_ENCODINGS)})")
+    _check_size(msg.width, msg.height, max_width, max_height)
+    try:
+        dtype, channels = _bridge.encoding_to_dtype_with_channels(msg.encoding)
+    except CvBridgeError as error:
+        raise InputRejected('unsupported encoding', str(error)) from error
+    row_bytes = msg.width * channels * np.dtype(dtype).itemsize
+    if msg.step < row_bytes:
+        raise InputRejected('inconsistent image size',
+                            f'step {msg.step} < width {msg.width} x {channels} channels')
+    if len(msg.data) != msg.step * msg.height:
+        raise InputRejected('inconsistent image size',
+                            f'{len(msg.data)} bytes of data, expected step {msg.step} x height '
+                            f'{msg.height} = {msg.step * msg.height}')
+    rows = np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.step)
+    pixels = rows[:, :row_bytes].reshape(msg.height, msg.width, channels)
+    conversion = RAW_ENCODINGS[msg.encoding]
+    if conversion is None:
+        return np.ascontiguousarray(pixels)
+    if channels == 1:
+        pixels = pixels[:, :, 0]
+    return cv2.cvtColor(np.ascontiguousarray(pixels), conversion)
+
+
+def compressed_to_rgb(msg, max_width, max_height):
+    """Decode a sensor_msgs/CompressedImage (JPEG or PNG) to a uint8 RGB array [H, W, 3]."""
+    image_format = msg.format.lower()
+    if not any(name in image_format for name in COMPRESSED_FORMATS):
+        raise InputRejected('unsupported encoding', f"compressed format '{msg.format}'")
+    if len(msg.data) == 0:
+        raise InputRejected('empty image', 'no compressed data')
+    # Compressed data larger than the largest accepted raw image cannot be a valid frame.
+    if len(msg.data) > max_width * max_height * 3:
+        raise InputRejected('image too large', f'{len(msg.data)} bytes of {msg.format} data')
+    data = np.frombuffer(msg.data, dtype=np.uint8)
+    decoded = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if decoded is None:
+        raise InputRejected('corrupt image', f'{msg.format} data does not decode')
+    height, width = decoded.shape[:2]
+    _check_size(width, height, max_width, max_height)
+    return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
+
+
+def rgb_to_image(rgb, stamp, frame_id):
+    """Build a sensor_msgs/Image (rgb8) from an RGB array (simulator and test publishers)."""
+    msg = _bridge.cv2_to_imgmsg(np.ascontiguousarray(rgb, dtype=np.uint8), encoding='rgb8')
+    msg.header.stamp = stamp
+    msg.header.frame_id = frame_id
+    return msg
+
+
+@dataclass(frozen=True)
+class JointSample:
+    """Joint positions (and velocities when given) in the configured joint order."""
+
+    stamp: float
+    positions: np.ndarray
+    velocities: np.ndarray | None
+
+
+class JointStateMapper:
+    """Maps sensor_msgs/JointState messages by name into the configured joint order."""
+
+    def __init__(self, joint_names):
+        self.joint_names = list(joint_names)
+        self._cached_names = None
+        self._cached_index = None
+
+    def _index_for(self, names):
+        names = tuple(names)
+        if names == self._cached_names:
+            return self._cached_index
+        if len(set(names)) != len(names):
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            raise InputRejected('duplicate joint names', ', '.join(duplicates))
+        position_of = {name: i for i, name in enumerate(names)}
+        missing = [name for name in self.joint_names if name not in position_of]
+        if missing:
+            raise InputRejected('missing joints', ', '.join(missing))
+        index = np.array([position_of[name] for name in self.joint_names], dtype=np.intp)
+        self._cached_names, self._cached_index = names, index
+        return index
+
+    def convert(self, msg):
+        """Return a JointSample for the configured joints, or raise InputRejected."""
+        if len(msg.position) != len(msg.name):
+            raise InputRejected('mismatched joint state lengths',
+                                f'{len(msg.name)} names, {len(msg.position)} positions')
+        index = self._index_for(msg.name)
+        positions = np.asarray(msg.position, dtype=np.float64)[index]
+        if not np.all(np.isfinite(positions)):
+            bad = [self.joint_names[i] for i in np.flatnonzero(~np.isfinite(positions))]
+            raise InputRejected('non-finite joint state', ', '.join(bad))
+        velocities = None
+        if len(msg.velocity) == len(msg.name):
+            velocities = np.asarray(msg.velocity, dtype=np.float64)[index]
+            if not np.all(np.isfinite(velocities)):
+                velocities = None
+        return JointSample(stamp_to_seconds(msg.header.stamp), positions, velocities)
+
+
+def validate_instruction(text, max_length):
+    """Return the instruction stripped of surrounding whitespace, or raise InputRejected."""
+    if not isinstance(text, str):
+        raise InputRejected('invalid instruction', 'not a string')
+    stripped = text.strip()
+    if not stripped:
+        raise InputRejected('empty instruction')
+    if len(stripped) > max_length:
+        raise InputRejected('instruction too long', f'{len(stripped)} > {max_length} characters')
+    if '\x00' in stripped or '\ufffd' in stripped:
+        raise InputRejected('invalid instruction', 'contains NUL or replacement characters')
+    return stripped
+
+
+def build_joint_trajectory(joint_names, plan_points):
+    """Build a JointTrajectory (header stamp 0 = start now) from control.PlanPoints."""
+    msg = JointTrajectory()
+    msg.joint_names = list(joint_names)
+    for t, q, v in zip(plan_points.times_from_start, plan_points.positions,
+                       plan_points.velocities):
+        point = JointTrajectoryPoint()
+        point.positions = [float(x) for x in q]
+        point.velocities = [float(x) for x in v]
+        point.time_from_start = seconds_to_duration(float(t))
+        msg.points.append(point)
+    return msg

@@ -1,0 +1,94 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Measurements the node reports: rates, latency percentiles, GPU telemetry, diagnostic entries."""
+from collections import deque
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+import numpy as np
+
+
+def percentile(values, q):
+    """Return the q-th percentile of values (0.0 when empty)."""
+    return float(np.percentile(np.fromiter(values, dtype=np.float64), q)) if values else 0.0
+
+
+class RateMeter:
+    """Measures the period of a recurring event over a sliding window of timestamps (seconds)."""
+
+    def __init__(self, window=250):
+        self._stamps = deque(maxlen=window)
+
+    def tick(self, now):
+        self._stamps.append(now)
+
+    def reset(self):
+        self._stamps.clear()
+
+    @property
+    def periods(self):
+        stamps = np.fromiter(self._stamps, dtype=np.float64)
+        return np.diff(stamps) if stamps.size > 1 else np.empty(0)
+
+    def rate(self):
+        """Mean rate in Hz over the window (0.0 with fewer than two events)."""
+        if len(self._stamps) < 2:
+            return 0.0
+        span = self._stamps[-1] - self._stamps[0]
+        return (len(self._stamps) - 1) / span if span > 0 else 0.0
+
+    def jitter(self, q=99.0):
+        """The q-th percentile of |period - mean period|, seconds."""
+        periods = self.periods
+        if periods.size == 0:
+            return 0.0
+        return float(np.percentile(np.abs(periods - periods.mean()), q))
+
+
+class GpuTelemetry:
+    """GPU memory and utilization through NVML (pynvml); zeros where no GPU is used."""
+
+    def __init__(self, device_index=None):
+        self._handle = None
+        if device_index is None:
+            return
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(device_index))
+        except Exception:  # noqa: B902 - no driver/NVML: report zeros, do not fail the node
+            self._handle = None
+
+    @property
+    def available(self):
+        return self._handle is not None
+
+    def read(self):
+        """Return (memory_used_bytes, memory_total_bytes, utilization_percent)."""
+        if self._handle is None:
+            return 0, 0, 0.0
+        try:
+            memory = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
+            utilization = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            return int(memory.used), int(memory.total), float(utilization.gpu)
+        except Exception:  # noqa: B902 - a transient NVML error is reported as unknown
+            return 0, 0, 0.0
+
+
+def diagnostic_status(name, level, message, values, hardware_id='pi0_ros'):
+    """Build a diagnostic_msgs/DiagnosticStatus with key/values formatted as strings."""
+    status = DiagnosticStatus(name=name, level=level, message=message, hardware_id=hardware_id)
+    status.values = [KeyValue(key=str(key), value=_format(value)) for key, value in values.items()]
+    return status
+
+
+def _format(value):
+    if isinstance(value, float):
+        return f'{value:.4g}'
+    return str(value)
+
+
+OK = DiagnosticStatus.OK
+WARN = DiagnosticStatus.WARN
+ERROR = DiagnosticStatus.ERROR
+STALE = DiagnosticStatus.STALE

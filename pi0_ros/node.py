@@ -1,0 +1,649 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The pi0_ros control node: synchronized observations -> inference worker -> JointTrajectory.
+
+A lifecycle node. configure builds the engine on the worker thread (warm-up, CUDA graphs) and
+creates the ROS interfaces; activate starts commanding; deactivate brakes to a hold; cleanup frees
+the engine. Subscription callbacks only convert, validate and store; inference runs on the worker
+thread; commands are published by a fixed-rate timer in its own callback group.
+"""
+import dataclasses
+import sys
+import threading
+import time
+
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, qos_profile_sensor_data,
+                       ReliabilityPolicy)
+from rcl_interfaces.msg import SetParametersResult
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Bool, String
+from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory
+from diagnostic_msgs.msg import DiagnosticArray
+
+from pi0_ros import diagnostics
+from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
+                             validate_trajectory)
+from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, image_to_rgb,
+                                 InputRejected, JointStateMapper, seconds_to_stamp,
+                                 stamp_to_nanoseconds, stamp_to_seconds, validate_instruction)
+from pi0_ros.msg import ActionChunk, PolicyStatus
+from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
+from pi0_ros.sync import ApproximateTimeSync, JointStateBuffer
+from pi0_ros.worker import InferenceWorker, Observation, WorkerState
+
+NODE_NAME = 'pi0_ros'
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+REPORT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+LOG_THROTTLE_S = 2.0
+
+_ENGINE_STATES = {
+    WorkerState.STARTING: PolicyStatus.ENGINE_IDLE,
+    WorkerState.READY: PolicyStatus.ENGINE_IDLE,
+    WorkerState.RUNNING: PolicyStatus.ENGINE_RUNNING,
+    WorkerState.FAILED: PolicyStatus.ENGINE_FAILED,
+    WorkerState.STOPPED: PolicyStatus.ENGINE_STOPPED,
+}
+_OUTPUT_STATES = {
+    PlannerState.DISABLED: PolicyStatus.OUTPUT_DISABLED,
+    PlannerState.FOLLOWING: PolicyStatus.OUTPUT_FOLLOWING,
+    PlannerState.HOLDING: PolicyStatus.OUTPUT_HOLDING,
+    PlannerState.ESTOP: PolicyStatus.OUTPUT_ESTOP,
+}
+
+
+def build_engine(settings):
+    """Build the engine the parameters ask for (called on the worker thread)."""
+    from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+    options = EngineOptions(precision=settings.precision, device=settings.device, max_batch=1,
+                            max_frame_height=settings.max_image_height,
+                            max_frame_width=settings.max_image_width)
+    joints = len(settings.joint_names)
+    cameras = len(settings.camera_names)
+    if settings.checkpoint:
+        engine = Pi0Engine.from_pretrained(settings.checkpoint,
+                                           tokenizer_path=settings.tokenizer or None,
+                                           options=options)
+        for name, have, want in (('action_dim', engine.action_dim, joints),
+                                 ('state_dim', engine.state_dim, joints),
+                                 ('num_cameras', engine.num_cameras, cameras)):
+            if have != want:
+                engine.close()
+                raise ParameterError('checkpoint', settings.checkpoint,
+                                     f'the policy has {name} {have}, the node is configured for '
+                                     f'{want} (joint_names / camera_names)')
+        return engine
+    # The random tiny model: its normalization stats centre actions in the joint ranges, so the
+    # demo arm moves inside its workspace (without purpose).
+    lower = np.asarray(settings.position_lower)
+    upper = np.asarray(settings.position_upper)
+    mean, std = (lower + upper) / 2.0, (upper - lower) / 8.0
+    return Pi0Engine.random(ModelDims.tiny(), state_dim=joints, action_dim=joints,
+                            num_cameras=cameras, seed=settings.seed, options=options,
+                            state_mean=mean, state_std=std, action_mean=mean, action_std=std)
+
+
+class Pi0ControlNode(LifecycleNode):
+    """Lifecycle node driving an arm with Pi0 action chunks."""
+
+    def __init__(self, **kwargs):
+        super().__init__(NODE_NAME, **kwargs)
+        declare_all(self)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._lock = threading.Lock()
+        # Serializes the planner between the control timer and lifecycle transitions.
+        self._output_lock = threading.Lock()
+        self._settings = None
+        self._worker = None
+        self._entities = []
+        self._rejection_loggers = {}
+        self._reset_runtime_state()
+
+    # Lifecycle -----------------------------------------------------------------------------
+    def on_configure(self, state):
+        try:
+            settings = read_settings(self)
+        except ParameterError as error:
+            self.get_logger().error(f'configure failed: {error}')
+            return TransitionCallbackReturn.FAILURE
+        self._settings = settings
+        self._reset_runtime_state()
+        self._create_interfaces(settings)
+        self.get_logger().info(
+            'loading the engine: ' + (f"checkpoint '{settings.checkpoint}'" if settings.checkpoint
+                                      else 'built-in random tiny model')
+            + f', precision {settings.precision}, device {settings.device}')
+        self._worker = InferenceWorker(lambda: build_engine(settings), self._on_chunk_result,
+                                       max_consecutive_failures=settings.max_consecutive_failures,
+                                       logger=self.get_logger())
+        started = time.monotonic()
+        self._worker.start()
+        if not self._worker.wait_ready(settings.engine_ready_timeout):
+            reason = self._worker.error or f'not ready after {settings.engine_ready_timeout} s'
+            self.get_logger().error(f'configure failed: {reason}')
+            self._teardown()
+            return TransitionCallbackReturn.FAILURE
+        self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
+        return super().on_configure(state)
+
+    def on_activate(self, state):
+        with self._lock:
+            self._active = True
+            self._planner_initialized = False
+            self._output_rate.reset()
+        self.get_logger().info('active: commanding the arm once joint states arrive')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state):
+        with self._lock:
+            self._active = False
+        # Brake to a hold: one last trajectory that decelerates within limits and ends at rest.
+        with self._output_lock:
+            if self._planner_initialized:
+                self._planner.set_enabled(False)
+                self._publish_points(self._planner.step(self._now(), 'deactivated'))
+        self.get_logger().info('inactive: holding')
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state):
+        self._teardown()
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state):
+        self._teardown()
+        return super().on_shutdown(state)
+
+    def on_error(self, state):
+        self._teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def stop_worker(self):
+        """Stop the inference thread (used on process exit)."""
+        if self._worker is not None:
+            self._worker.stop()
+
+    # Set-up and tear-down -----------------------------------------------------------------
+    def _reset_runtime_state(self):
+        self._active = False
+        self._planner = None
+        self._planner_initialized = False
+        self._instruction = None
+        self._epoch = 0
+        self._estop_latched = False
+        self._enabled = True
+        self._pending_results = []
+        self._last_observation_stamp = None
+        self._last_joint_state_time = None
+        self._chunk_sequence = 0
+        self._output_rate = diagnostics.RateMeter()
+        self._skews = []
+        self._counters = {'observations_synced': 0, 'observations_dropped': 0,
+                          'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
+                          'inputs_rejected': 0, 'commands_published': 0,
+                          'commands_blocked': 0}
+        self._rejections = {}
+
+    def _create_interfaces(self, settings):
+        joints = settings.joint_names
+        self._limits = JointLimits(np.array(settings.position_lower),
+                                   np.array(settings.position_upper),
+                                   np.array(settings.max_velocity),
+                                   np.array(settings.max_acceleration))
+        period = 1.0 / settings.control_rate
+        self._planner = ChunkPlanner(
+            PlannerConfig(control_period=period, points_per_message=settings.points_per_message,
+                          point_spacing=period, blend_duration=settings.blend_duration,
+                          temporal_ensembling=settings.temporal_ensembling,
+                          ensembling_decay=settings.ensembling_decay),
+            self._limits)
+        self._sync = ApproximateTimeSync(len(settings.camera_names), settings.sync_queue_size,
+                                         settings.sync_max_skew)
+        self._joint_buffer = JointStateBuffer(capacity=400,
+                                              max_gap=settings.joint_state_max_gap,
+                                              max_extrapolation=settings.joint_state_max_extrapolation)
+        self._joint_mapper = JointStateMapper(joints)
+        self._gpu = diagnostics.GpuTelemetry(None)
+
+        inputs = MutuallyExclusiveCallbackGroup()
+        output = MutuallyExclusiveCallbackGroup()
+        reports = MutuallyExclusiveCallbackGroup()
+
+        def sensor_qos(reliability):
+            if reliability == 'reliable':
+                return QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+            return qos_profile_sensor_data
+
+        camera_qos = sensor_qos(settings.camera_reliability)
+        for index, (name, topic, transport) in enumerate(zip(
+                settings.camera_names, settings.camera_topics, settings.camera_transports)):
+            msg_type = CompressedImage if transport == 'compressed' else Image
+            self._entities.append(self.create_subscription(
+                msg_type, topic,
+                lambda msg, i=index, n=name: self.image_callback(i, n, msg),
+                camera_qos, callback_group=inputs))
+        self._entities += [
+            self.create_subscription(JointState, 'joint_states', self.joint_state_callback,
+                                     sensor_qos(settings.joint_state_reliability),
+                                     callback_group=inputs),
+            self.create_subscription(String, 'instruction', self.instruction_callback, LATCHED,
+                                     callback_group=inputs),
+            self.create_subscription(Bool, '~/estop', self.estop_callback, LATCHED,
+                                     callback_group=inputs),
+            self.create_service(SetBool, '~/enable', self.enable_callback,
+                                callback_group=reports),
+        ]
+        self._trajectory_pub = self.create_lifecycle_publisher(JointTrajectory,
+                                                               'joint_trajectory', COMMAND_QOS)
+        self._chunk_pub = self.create_lifecycle_publisher(ActionChunk, '~/action_chunk',
+                                                          REPORT_QOS)
+        self._status_pub = self.create_lifecycle_publisher(PolicyStatus, '~/status', REPORT_QOS)
+        self._diagnostics_pub = self.create_lifecycle_publisher(DiagnosticArray, '/diagnostics',
+                                                                REPORT_QOS)
+        self._entities += [
+            self.create_timer(period, self.control_timer_callback, callback_group=output),
+            self.create_timer(1.0 / settings.status_rate, self.status_timer_callback,
+                              callback_group=reports),
+        ]
+
+    def _teardown(self):
+        with self._lock:
+            self._active = False
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        for entity in self._entities:
+            destroy = {'Subscription': self.destroy_subscription, 'Service': self.destroy_service,
+                       'Timer': self.destroy_timer}[type(entity).__name__]
+            destroy(entity)
+        self._entities = []
+        for name in ('_trajectory_pub', '_chunk_pub', '_status_pub', '_diagnostics_pub'):
+            publisher = getattr(self, name, None)
+            if publisher is not None:
+                self.destroy_lifecycle_publisher(publisher)
+                setattr(self, name, None)
+
+    # Time and bad input --------------------------------------------------------------------
+    def _now(self):
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _reject(self, error, source):
+        """Count a rejected input and log it, throttled per reason."""
+        with self._lock:
+            self._counters['inputs_rejected'] += 1
+            key = f'{source}: {error.reason}'
+            self._rejections[key] = self._rejections.get(key, 0) + 1
+        logger = self._rejection_loggers.get(error.reason)
+        if logger is None:
+            logger = self.get_logger().get_child('input')
+            self._rejection_loggers[error.reason] = logger
+        logger.error(f'rejected {source} message: {error} (rejected so far: '
+                     f"{self._counters['inputs_rejected']})",
+                     throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _check_stamp(self, stamp, now, max_age):
+        """Reject stamps far in the future or older than max_age (both on the ROS clock)."""
+        settings = self._settings
+        if now <= 0.0:
+            return  # the ROS clock has not started yet (use_sim_time before /clock)
+        if stamp > now + settings.max_future_stamp:
+            raise InputRejected('stamp in the future', f'{stamp - now:.3f} s ahead of the clock')
+        if stamp < now - max_age:
+            raise InputRejected('stamp too old', f'{now - stamp:.3f} s behind the clock')
+
+    # Inputs (convert, validate, store) -----------------------------------------------------
+    def image_callback(self, index, camera, msg):
+        """Convert one camera frame and offer it to the synchronizer."""
+        settings = self._settings
+        try:
+            if isinstance(msg, CompressedImage):
+                rgb = compressed_to_rgb(msg, settings.max_image_width, settings.max_image_height)
+            else:
+                rgb = image_to_rgb(msg, settings.max_image_width, settings.max_image_height)
+            stamp = stamp_to_seconds(msg.header.stamp)
+            self._check_stamp(stamp, self._now(), settings.observation_timeout)
+        except InputRejected as error:
+            self._reject(error, f'camera {camera}')
+            return
+        frame_key = (camera, stamp_to_nanoseconds(msg.header.stamp))
+        with self._lock:
+            matched = self._sync.add(index, stamp, (rgb, frame_key))
+        if matched is not None:
+            self._on_synchronized(matched)
+
+    def _on_synchronized(self, matched):
+        state = self._joint_buffer.at(matched.stamp)
+        with self._lock:
+            self._skews.append(matched.skew)
+            del self._skews[:-200]
+            if state is None or self._instruction is None:
+                self._counters['observations_dropped'] += 1
+                reason = ('no joint state at the observation stamp' if state is None
+                          else 'waiting for an instruction on the instruction topic')
+            else:
+                reason = None
+                self._counters['observations_synced'] += 1
+                self._last_observation_stamp = matched.stamp
+                observation = Observation(
+                    stamp=matched.stamp, frames=tuple(item[0] for item in matched.items),
+                    frame_keys=tuple(item[1] for item in matched.items), state=state,
+                    instruction=self._instruction, epoch=self._epoch)
+            submit = self._active and reason is None and self._wants_inference()
+        if reason is not None:
+            self.get_logger().warning(f'observation dropped: {reason}',
+                                      throttle_duration_sec=LOG_THROTTLE_S)
+        elif submit:
+            self._worker.submit(observation)
+
+    def _wants_inference(self):
+        """Whether a new observation should go to the worker (called under the lock)."""
+        settings = self._settings
+        if settings.inference_trigger == 'continuous' or not self._planner_initialized:
+            return True
+        if self._worker.busy:
+            return False
+        return self._planner.remaining_horizon(self._now()) < settings.replan_horizon
+
+    def joint_state_callback(self, msg):
+        """Map joint states by name into the configured order and buffer them."""
+        try:
+            sample = self._joint_mapper.convert(msg)
+            self._check_stamp(sample.stamp, self._now(), self._settings.joint_state_timeout + 1.0)
+        except InputRejected as error:
+            self._reject(error, 'joint_states')
+            return
+        with self._lock:
+            self._joint_buffer.add(sample.stamp, sample.positions, sample.velocities)
+            self._last_joint_state_time = sample.stamp
+
+    def instruction_callback(self, msg):
+        """Latch a new instruction; chunks computed for the previous one are discarded."""
+        try:
+            text = validate_instruction(msg.data, self._settings.max_instruction_length)
+        except InputRejected as error:
+            self._reject(error, 'instruction')
+            return
+        with self._lock:
+            if text == self._instruction:
+                return
+            self._instruction = text
+            self._epoch += 1
+            epoch = self._epoch
+        self._worker.set_epoch(epoch)
+        self.get_logger().info(f"instruction (epoch {epoch}): '{text[:120]}'")
+
+    def estop_callback(self, msg):
+        """A true e-stop message latches a hold until ~/enable is called with true."""
+        if msg.data:
+            with self._lock:
+                newly = not self._estop_latched
+                self._estop_latched = True
+            if newly:
+                self.get_logger().error('E-STOP latched: holding until ~/enable(true)')
+
+    def enable_callback(self, request, response):
+        """Enable (clears a latched e-stop, recovers a failed engine) or disable the output."""
+        with self._lock:
+            self._enabled = bool(request.data)
+            if request.data:
+                self._estop_latched = False
+        if request.data and self._worker is not None and self._worker.recover():
+            self.get_logger().warning('engine failure state cleared by ~/enable')
+        response.success = True
+        response.message = 'enabled' if request.data else 'disabled: holding'
+        self.get_logger().info(f'~/enable: {response.message}')
+        return response
+
+    # Results (worker thread) ---------------------------------------------------------------
+    def _on_chunk_result(self, result):
+        with self._lock:
+            self._pending_results.append(result)
+            del self._pending_results[:-4]
+
+    # Output (timer, fixed rate) ------------------------------------------------------------
+    def control_timer_callback(self):
+        """Publish the next trajectory points; hold when anything is stale or unsafe."""
+        with self._output_lock:
+            self._control_tick()
+
+    def _control_tick(self):
+        now = self._now()
+        with self._lock:
+            if not self._active or now <= 0.0:
+                return
+            results, self._pending_results = self._pending_results, []
+            estop, enabled = self._estop_latched, self._enabled
+            latest_joint = self._joint_buffer.latest()
+            observation_stamp = self._last_observation_stamp
+            joint_state_time = self._last_joint_state_time
+        if not self._planner_initialized:
+            if latest_joint is None:
+                return  # never command an arm whose position is unknown
+            self._planner.reset(latest_joint[1], now)
+            self._planner.set_enabled(True)
+            self._planner_initialized = True
+        for result in results:
+            self._accept_chunk(result, now)
+        if estop:
+            if self._planner.state is not PlannerState.ESTOP:
+                self._planner.estop()
+        elif self._planner.state is PlannerState.ESTOP:
+            self._planner.clear_estop()
+        self._planner.set_enabled(enabled)
+        points = self._planner.step(now, self._hold_reason(now, observation_stamp,
+                                                           joint_state_time))
+        self._output_rate.tick(time.monotonic())
+        self._publish_points(points)
+
+    def _hold_reason(self, now, observation_stamp, joint_state_time):
+        settings = self._settings
+        if self._worker.state is WorkerState.FAILED:
+            return 'engine failed'
+        if joint_state_time is None or now - joint_state_time > settings.joint_state_timeout:
+            return 'joint states stale'
+        if observation_stamp is None:
+            return 'waiting for the first observation'
+        if now - observation_stamp > settings.observation_timeout:
+            return 'observation stale'
+        return None
+
+    def _accept_chunk(self, result, now):
+        settings = self._settings
+        self._chunk_sequence += 1
+        chunk = Chunk(t0=result.observation.stamp, dt=settings.chunk_dt, actions=result.actions,
+                      sequence=self._chunk_sequence)
+        outcome = self._planner.add_chunk(chunk, now)
+        with self._lock:
+            self._counters['actions_skipped'] += outcome.skipped_actions
+            self._counters['chunks_produced' if outcome.accepted else 'chunks_rejected'] += 1
+        if not outcome.accepted:
+            self.get_logger().warning(f'chunk {chunk.sequence} rejected: {outcome.reason}',
+                                      throttle_duration_sec=LOG_THROTTLE_S)
+        self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
+
+    def _action_chunk_msg(self, result, chunk):
+        timings = result.timings_ms
+        msg = ActionChunk(joint_names=list(self._settings.joint_names), dt=chunk.dt,
+                          horizon=int(chunk.actions.shape[0]),
+                          actions=[float(a) for a in chunk.actions.ravel()],
+                          sequence=chunk.sequence, instruction_epoch=result.observation.epoch,
+                          preprocess_ms=float(timings.get('preprocess', 0.0)),
+                          vision_ms=float(timings.get('vision', 0.0)),
+                          prefix_ms=float(timings.get('prefix', 0.0)),
+                          denoise_ms=float(timings.get('denoise', 0.0)),
+                          total_ms=float(timings.get('total', result.latency_s * 1e3)),
+                          vision_cache_hits=int(result.vision_cache_hits))
+        msg.header.stamp = seconds_to_stamp(result.observation.stamp)
+        msg.header.frame_id = self._settings.camera_names[0]
+        return msg
+
+    def _publish_points(self, points):
+        problems = validate_trajectory(points.times_from_start, points.positions,
+                                       points.velocities, len(self._settings.joint_names))
+        limits = self._limits
+        if not problems and (np.any(points.positions < limits.position_lower - 1e-9)
+                             or np.any(points.positions > limits.position_upper + 1e-9)):
+            problems = ['a point leaves the position limits']
+        if problems:
+            with self._lock:
+                self._counters['commands_blocked'] += 1
+            self.get_logger().error(f'trajectory not published: {"; ".join(problems)}',
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        self._trajectory_pub.publish(build_joint_trajectory(self._settings.joint_names, points))
+        with self._lock:
+            self._counters['commands_published'] += 1
+
+    # Status and diagnostics ----------------------------------------------------------------
+    def status_timer_callback(self):
+        """Publish ~/status and /diagnostics."""
+        if self._worker is None or self._planner is None:
+            return
+        now = self._now()
+        status = self._build_status(now)
+        self._status_pub.publish(status)
+        self._diagnostics_pub.publish(self._build_diagnostics(status))
+
+    def _build_status(self, now):
+        settings, worker = self._settings, self._worker
+        with self._lock:
+            counters = dict(self._counters)
+            observation_stamp = self._last_observation_stamp
+        latencies_ms = [s * 1e3 for s in worker.latencies_s]
+        rate = self._output_rate.rate()
+        engine_stats = worker.engine_stats()
+        memory_used, memory_total, utilization = self._gpu.read()
+        status = PolicyStatus(
+            lifecycle_state='active' if self._active else 'inactive',
+            engine_state=_ENGINE_STATES[worker.state], engine_detail=worker.error,
+            output_state=_OUTPUT_STATES[self._planner.state],
+            hold_reason=self._planner.hold_reason or '',
+            inference_latency_p50_ms=diagnostics.percentile(latencies_ms, 50),
+            inference_latency_p99_ms=diagnostics.percentile(latencies_ms, 99),
+            observation_age_s=(now - observation_stamp) if observation_stamp else -1.0,
+            control_rate_hz=rate, control_rate_target_hz=settings.control_rate,
+            control_rate_error=(rate - settings.control_rate) / settings.control_rate,
+            gpu_memory_used_bytes=memory_used, gpu_memory_total_bytes=memory_total,
+            gpu_utilization_percent=utilization,
+            vision_cache_hits=int(engine_stats.get('vision_cache_hits', 0)),
+            language_cache_hits=int(engine_stats.get('language_cache_hits', 0)),
+            chunks_produced=counters['chunks_produced'],
+            chunks_discarded=worker.counters['discarded'] + counters['chunks_rejected'],
+            observations_synced=counters['observations_synced'],
+            observations_dropped=counters['observations_dropped'] + worker.counters['dropped'],
+            actions_skipped=counters['actions_skipped'],
+            inputs_rejected=counters['inputs_rejected'])
+        status.header.stamp = self.get_clock().now().to_msg()
+        return status
+
+    def _build_diagnostics(self, status):
+        worker = self._worker
+        engine_level = {PolicyStatus.ENGINE_FAILED: diagnostics.ERROR,
+                        PolicyStatus.ENGINE_STOPPED: diagnostics.WARN}.get(status.engine_state,
+                                                                           diagnostics.OK)
+        output_level = (diagnostics.OK if status.output_state == PolicyStatus.OUTPUT_FOLLOWING
+                        else diagnostics.WARN)
+        with self._lock:
+            rejections = dict(self._rejections)
+            skews = list(self._skews)
+            blocked = self._counters['commands_blocked']
+        inputs_level = diagnostics.WARN if status.inputs_rejected else diagnostics.OK
+        array = DiagnosticArray()
+        array.header.stamp = status.header.stamp
+        name = self.get_fully_qualified_name()
+        array.status = [
+            diagnostics.diagnostic_status(
+                f'{name}: engine', engine_level, worker.state.value + (
+                    f' ({worker.error})' if worker.error else ''),
+                {'latency p50 ms': status.inference_latency_p50_ms,
+                 'latency p99 ms': status.inference_latency_p99_ms,
+                 'inferences': worker.counters['inferences'],
+                 'failures': worker.counters['failures'],
+                 'chunks discarded (old instruction)': worker.counters['discarded'],
+                 'vision cache hits': status.vision_cache_hits,
+                 'language cache hits': status.language_cache_hits,
+                 'gpu memory used bytes': status.gpu_memory_used_bytes,
+                 'gpu utilization %': status.gpu_utilization_percent}),
+            diagnostics.diagnostic_status(
+                f'{name}: output', output_level,
+                {PolicyStatus.OUTPUT_FOLLOWING: 'following the policy',
+                 PolicyStatus.OUTPUT_HOLDING: f'holding: {status.hold_reason}',
+                 PolicyStatus.OUTPUT_ESTOP: 'e-stop latched',
+                 PolicyStatus.OUTPUT_DISABLED: 'disabled'}[status.output_state],
+                {'rate hz': status.control_rate_hz, 'target hz': status.control_rate_target_hz,
+                 'rate error': status.control_rate_error,
+                 'period jitter p99 ms': self._output_rate.jitter() * 1e3,
+                 'actions skipped (latency)': status.actions_skipped,
+                 'commands blocked': blocked}),
+            diagnostics.diagnostic_status(
+                f'{name}: inputs', inputs_level,
+                f'{status.inputs_rejected} rejected' if status.inputs_rejected else 'ok',
+                {'observation age s': status.observation_age_s,
+                 'observations synced': status.observations_synced,
+                 'observations dropped': status.observations_dropped,
+                 'camera skew p50 ms': diagnostics.percentile([s * 1e3 for s in skews], 50),
+                 'camera skew max ms': max(skews, default=0.0) * 1e3,
+                 **{f'rejected {key}': count for key, count in sorted(rejections.items())}}),
+        ]
+        return array
+
+    # Parameters ----------------------------------------------------------------------------
+    def _on_set_parameters(self, parameters):
+        reason = check_live_change(parameters)
+        if reason is not None:
+            return SetParametersResult(successful=False, reason=reason)
+        if self._settings is not None:
+            changes = {p.name: p.value for p in parameters if hasattr(self._settings, p.name)}
+            self._apply_live_changes(changes)
+        return SetParametersResult(successful=True)
+
+    def _apply_live_changes(self, changes):
+        with self._lock:
+            self._settings = dataclasses.replace(self._settings, **changes)
+            if 'sync_max_skew' in changes:
+                self._sync.max_skew = changes['sync_max_skew']
+        if 'blend_duration' in changes and self._planner is not None:
+            self._planner.config = dataclasses.replace(self._planner.config,
+                                                       blend_duration=changes['blend_duration'])
+
+
+def main(args=None):
+    """Run the control node; exit code 1 if it cannot be configured."""
+    rclpy.init(args=args)
+    node = None
+    executor = MultiThreadedExecutor(num_threads=3)
+    exit_code = 0
+    try:
+        node = Pi0ControlNode()
+        executor.add_node(node)
+        if node.get_parameter('autostart').value:
+            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                node.get_logger().fatal('could not configure; exiting')
+                return 1
+            if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+                node.get_logger().fatal('could not activate; exiting')
+                return 1
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception as error:  # noqa: B902 - e.g. a parameter override outside its range
+        print(f'[{NODE_NAME}] fatal: {type(error).__name__}: {error}', file=sys.stderr)
+        exit_code = 1
+    finally:
+        if node is not None:
+            node.stop_worker()
+            executor.remove_node(node)
+            node.destroy_node()
+        executor.shutdown()
+        rclpy.try_shutdown()
+    return exit_code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

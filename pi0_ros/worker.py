@@ -1,0 +1,225 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The inference worker: one named thread that owns the engine and turns observations into chunks.
+
+The engine is built, warmed up (CUDA graphs captured) and run on this one thread. Observations
+arrive in a single slot where the latest wins; results made for an older instruction epoch are
+discarded; failures are retried on the next observations up to a bound, then the worker enters a
+visible FAILED state until `recover()`.
+"""
+from collections import deque
+from dataclasses import dataclass, field
+import enum
+import threading
+import time
+import traceback
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One synchronized observation: frames, the joint state at their stamp, the instruction."""
+
+    stamp: float
+    frames: tuple
+    frame_keys: tuple
+    state: np.ndarray
+    instruction: str
+    epoch: int
+    received_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """The engine's answer to one observation."""
+
+    observation: Observation
+    actions: np.ndarray
+    timings_ms: dict
+    vision_cache_hits: int
+    latency_s: float
+
+
+class WorkerState(enum.Enum):
+    """Lifecycle of the inference worker."""
+
+    STARTING = 'starting'
+    READY = 'ready'
+    RUNNING = 'running'
+    FAILED = 'failed'
+    STOPPED = 'stopped'
+
+
+class InferenceWorker:
+    """Runs `engine.infer` on a dedicated thread; never on the ROS executor."""
+
+    def __init__(self, engine_factory, on_result, *, max_consecutive_failures=3, logger=None,
+                 name='pi0_inference', latency_window=200):
+        self._engine_factory = engine_factory
+        self._on_result = on_result
+        self._max_failures = max_consecutive_failures
+        self._logger = logger
+        self._name = name
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._slot = None
+        self._epoch = 0
+        self._stop_requested = False
+        self._ready = threading.Event()
+        self._thread = None
+        self._engine = None
+        self.state = WorkerState.STOPPED
+        self.error = ''
+        self.latencies_s = deque(maxlen=latency_window)
+        self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0}
+        self.consecutive_failures = 0
+
+    # Control from the node (any thread) -----------------------------------------------------
+    def start(self):
+        """Start the thread; it builds and warms up the engine, then waits for observations."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop_requested = False
+        self._ready.clear()
+        self.state = WorkerState.STARTING
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout):
+        """Wait until the engine is ready (True) or failed to build / timed out (False)."""
+        self._ready.wait(timeout)
+        return self.state in (WorkerState.READY, WorkerState.RUNNING)
+
+    def submit(self, observation):
+        """Offer an observation; it replaces any that the worker has not started yet."""
+        with self._wakeup:
+            if self._slot is not None:
+                self.counters['dropped'] += 1
+            self._slot = observation
+            self._wakeup.notify()
+
+    def set_epoch(self, epoch):
+        """Results for observations of an older epoch (instruction, reset) are discarded."""
+        with self._wakeup:
+            self._epoch = epoch
+            if self._slot is not None and self._slot.epoch != epoch:
+                self._slot = None
+                self.counters['discarded'] += 1
+
+    def recover(self):
+        """Leave the FAILED state (after the cause was dealt with) if the engine exists."""
+        with self._wakeup:
+            if self.state is WorkerState.FAILED and self._engine is not None:
+                self.consecutive_failures = 0
+                self.error = ''
+                self.state = WorkerState.READY
+                self._wakeup.notify()
+                return True
+            return False
+
+    def stop(self, timeout=5.0):
+        """Stop the thread and free the engine; False (with a warning) if it did not exit."""
+        with self._wakeup:
+            self._stop_requested = True
+            self._slot = None
+            self._wakeup.notify()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            self._log('warning', f'inference thread did not stop within {timeout:.1f} s')
+            return False
+        return True
+
+    @property
+    def busy(self):
+        """True while an observation is pending or being inferred."""
+        return self._slot is not None or self.state is WorkerState.RUNNING
+
+    def engine_stats(self):
+        """Return the engine's counters (empty before the engine exists)."""
+        engine = self._engine
+        return dict(getattr(engine, 'stats', {}) or {}) if engine is not None else {}
+
+    # The thread ---------------------------------------------------------------------------
+    def _run(self):
+        try:
+            self._engine = self._engine_factory()
+            warmup = getattr(self._engine, 'warmup', None)
+            if warmup is not None:
+                warmup()
+        except Exception as error:  # noqa: B902 - any failure to build is reported, not raised
+            self.error = f'engine failed to start: {type(error).__name__}: {error}'
+            self._log('error', self.error + '\n' + traceback.format_exc())
+            self.state = WorkerState.FAILED
+            self._ready.set()
+            self._release_engine()
+            return
+        self.state = WorkerState.READY
+        self._ready.set()
+        try:
+            self._serve()
+        finally:
+            self._release_engine()
+            self.state = WorkerState.STOPPED
+
+    def _serve(self):
+        while True:
+            with self._wakeup:
+                while not self._stop_requested and (
+                        self._slot is None or self.state is WorkerState.FAILED):
+                    self._wakeup.wait()
+                if self._stop_requested:
+                    return
+                observation, self._slot = self._slot, None
+                self.state = WorkerState.RUNNING
+            result = self._infer(observation)
+            with self._wakeup:
+                if self.state is WorkerState.RUNNING:
+                    self.state = WorkerState.READY
+                if result is None or self._stop_requested:
+                    continue
+                if observation.epoch != self._epoch:
+                    self.counters['discarded'] += 1
+                    continue
+            self._on_result(result)
+
+    def _infer(self, observation):
+        started = time.monotonic()
+        try:
+            output = self._engine.infer(list(observation.frames), observation.state,
+                                        observation.instruction,
+                                        frame_keys=list(observation.frame_keys))
+        except Exception as error:  # noqa: B902 - engine errors become state, never a crash
+            self.counters['failures'] += 1
+            self.consecutive_failures += 1
+            self.error = f'{type(error).__name__}: {error}'
+            if self.consecutive_failures > self._max_failures:
+                self.state = WorkerState.FAILED
+                self._log('error', f'inference failed {self.consecutive_failures} times in a '
+                                   f'row; worker FAILED (last: {self.error})')
+            else:
+                self._log('warning', f'inference failed ({self.consecutive_failures}/'
+                                     f'{self._max_failures} retries used): {self.error}')
+            return None
+        latency = time.monotonic() - started
+        self.consecutive_failures = 0
+        self.counters['inferences'] += 1
+        self.latencies_s.append(latency)
+        return ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
+                           dict(output.timings_ms), int(output.vision_cache_hits), latency)
+
+    def _release_engine(self):
+        engine, self._engine = self._engine, None
+        close = getattr(engine, 'close', None)
+        if close is not None:
+            try:
+                close()
+            except Exception as error:  # noqa: B902 - closing must not mask the shutdown
+                self._log('warning', f'engine close failed: {error}')
+
+    def _log(self, level, message):
+        if self._logger is not None:
+            getattr(self._logger, level)(message)

@@ -1,0 +1,65 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""launch_testing test of control.launch.py, as ROS users run it under `colcon test`.
+
+Needs a ROS 2 install with launch_testing and a built workspace; skipped elsewhere (the pip
+environment has no launch_testing; there the integration tests start the node as a process).
+"""
+import os
+import unittest
+
+import pytest
+
+launch_testing = pytest.importorskip('launch_testing')
+
+import launch  # noqa: E402,I100
+from launch.actions import IncludeLaunchDescription  # noqa: E402
+from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
+import launch_testing.actions  # noqa: E402
+import launch_testing.asserts  # noqa: E402
+import rclpy  # noqa: E402
+
+from pi0_ros.msg import PolicyStatus  # noqa: E402
+
+LAUNCH_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'launch', 'control.launch.py')
+
+
+@pytest.mark.launch_test
+def generate_test_description():
+    control = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(os.path.abspath(LAUNCH_FILE)),
+        launch_arguments={'device': 'cpu', 'namespace': 'launch_test'}.items())
+    return launch.LaunchDescription([control, launch_testing.actions.ReadyToTest()])
+
+
+class TestControlLaunch(unittest.TestCase):
+    """The launched node reaches active by itself and reports its status."""
+
+    @classmethod
+    def setUpClass(cls):
+        rclpy.init()
+        cls.node = rclpy.create_node('control_launch_test')
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.node.destroy_node()
+        rclpy.shutdown()
+
+    def test_status_reports_active_lifecycle(self, proc_output):
+        received = []
+        self.node.create_subscription(PolicyStatus, '/launch_test/pi0_ros/status',
+                                      received.append, 10)
+        end = self.node.get_clock().now().nanoseconds + 120 * 10**9
+        while not received and self.node.get_clock().now().nanoseconds < end:
+            rclpy.spin_once(self.node, timeout_sec=0.5)
+        self.assertTrue(received, 'no ~/status from the launched node within 120 s')
+        self.assertEqual(received[-1].lifecycle_state, 'active')
+        proc_output.assertWaitFor('engine ready', timeout=10)
+
+
+@launch_testing.post_shutdown_test()
+class TestControlLaunchShutdown(unittest.TestCase):
+    """The node exits cleanly when the launch is shut down."""
+
+    def test_exit_code(self, proc_info):
+        launch_testing.asserts.assertExitCodes(proc_info, allowable_exit_codes=[0, -2])

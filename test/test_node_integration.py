@@ -1,0 +1,199 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The control node as a process, fed over real DDS by a stand-in robot (3 cameras, joints)."""
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, String
+from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory
+
+from feeder import LATCHED, RobotFeeder
+from pi0_ros.control import validate_trajectory
+from pi0_ros.conversions import stamp_to_nanoseconds
+from pi0_ros.msg import ActionChunk, PolicyStatus
+from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
+                                SO101_POSITION_UPPER)
+
+pytestmark = pytest.mark.integration
+
+CONTROL_RATE = 50.0
+NODE_PARAMETERS = {'device': 'cpu', 'control_rate': CONTROL_RATE, 'observation_timeout': 0.5,
+                   'status_rate': 5.0}
+
+
+class ControlNodeHarness:
+    """Starts the node, feeds it, and records everything it publishes."""
+
+    def __init__(self, start_process, ros_node, parameters=None, compressed=()):
+        self.ros = ros_node
+        node = ros_node.node
+        self.process = start_process('pi0_ros.node',
+                                     parameters={**NODE_PARAMETERS, **(parameters or {})})
+        self.feeder = RobotFeeder(node, compressed=compressed)
+        self.trajectories = ros_node.collect(JointTrajectory, 'joint_trajectory', 10)
+        self.chunks = ros_node.collect(ActionChunk, 'pi0_ros/action_chunk', 10)
+        self.statuses = ros_node.collect(PolicyStatus, 'pi0_ros/status', 10)
+        self.diagnostics = ros_node.collect(DiagnosticArray, '/diagnostics', 10)
+        node.create_subscription(JointTrajectory, 'joint_trajectory', self.feeder.follow, 10)
+
+    def wait_following(self, timeout=90.0):
+        """Wait until the node is active and follows the policy; fail with its log otherwise."""
+        ok = self.ros.spin_until(
+            lambda: self.statuses and self.statuses[-1][1].output_state
+            == PolicyStatus.OUTPUT_FOLLOWING, timeout, process=self.process)
+        assert ok, 'node never followed the policy:\n' + self.process.output()[-4000:]
+
+    def latest_status(self):
+        return self.statuses[-1][1]
+
+    def status_after(self, t):
+        """Wait for a status received after monotonic time t and return it."""
+        assert self.ros.spin_until(lambda: self.statuses[-1][0] > t, 5.0, self.process)
+        return self.statuses[-1][1]
+
+
+@pytest.fixture
+def harness(start_process, ros_node):
+    h = ControlNodeHarness(start_process, ros_node)
+    h.feeder.say('pick up the red cube')
+    h.wait_following()
+    return h
+
+
+def check_command(msg):
+    """Assert that one JointTrajectory is valid for the joint_trajectory_controller."""
+    assert list(msg.joint_names) == SO101_JOINTS
+    assert msg.header.stamp.sec == 0 and msg.header.stamp.nanosec == 0
+    times = np.array([p.time_from_start.sec + p.time_from_start.nanosec * 1e-9
+                      for p in msg.points])
+    positions = np.array([p.positions for p in msg.points])
+    velocities = np.array([p.velocities for p in msg.points])
+    assert validate_trajectory(times, positions, velocities, len(SO101_JOINTS)) == []
+    assert np.all(positions >= np.array(SO101_POSITION_LOWER) - 1e-9)
+    assert np.all(positions <= np.array(SO101_POSITION_UPPER) + 1e-9)
+    assert np.all(np.abs(velocities) <= np.array(SO101_MAX_VELOCITY) + 1e-6)
+
+
+def test_commands_at_control_rate_valid_within_limits_and_stamped_chunks(harness):
+    ros = harness.ros
+    start = len(harness.trajectories)
+    ros.spin_for(6.0)
+    window = harness.trajectories[start:]
+    receive_times = np.array([t for t, _ in window])
+    rate = (len(window) - 1) / (receive_times[-1] - receive_times[0])
+    assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, f'output rate {rate:.2f} Hz'
+    for _, msg in window:
+        check_command(msg)
+    # Every chunk is stamped with the stamp of a camera set that was published.
+    assert len(harness.chunks) >= 5
+    published = set(harness.feeder.camera_stamps)
+    for _, chunk in harness.chunks:
+        assert stamp_to_nanoseconds(chunk.header.stamp) in published
+        assert chunk.horizon == 50 and len(chunk.actions) == 50 * len(SO101_JOINTS)
+        assert np.all(np.isfinite(chunk.actions))
+    status = harness.latest_status()
+    assert status.lifecycle_state == 'active'
+    assert status.chunks_produced >= 5 and status.inference_latency_p50_ms > 0
+    assert abs(status.control_rate_hz - CONTROL_RATE) / CONTROL_RATE < 0.05
+    names = {s.name for _, array in harness.diagnostics for s in array.status}
+    assert any(name.endswith(': engine') for name in names)
+    assert any(name.endswith(': output') for name in names)
+    assert harness.process.returncode is None
+
+
+def test_cameras_stop_holds_within_stale_timeout(harness):
+    ros = harness.ros
+    harness.feeder.cameras_on = False
+    stopped = harness.trajectories[-1][0]
+    assert ros.spin_until(lambda: harness.latest_status().output_state
+                          == PolicyStatus.OUTPUT_HOLDING, 3.0, harness.process)
+    assert harness.latest_status().hold_reason == 'observation stale'
+    # Hold: a few control periods later every command is at rest at one position.
+    ros.spin_for(1.5)
+    held = [msg for t, msg in harness.trajectories if t > stopped + 1.2]
+    assert held
+    for msg in held:
+        check_command(msg)
+        assert all(v == 0.0 for p in msg.points for v in p.velocities)
+    first = np.array(held[0].points[0].positions)
+    for msg in held:
+        assert np.array_equal(np.array(msg.points[-1].positions), first)
+    # Cameras back: the node follows the policy again.
+    harness.feeder.cameras_on = True
+    harness.wait_following(timeout=10.0)
+
+
+def test_new_instruction_discards_old_epoch_chunks(harness):
+    ros = harness.ros
+    assert ros.spin_until(lambda: len(harness.chunks) >= 2, 20.0, harness.process)
+    old_epoch = harness.chunks[-1][1].instruction_epoch
+    harness.feeder.say('put the cube in the bowl')
+    assert ros.spin_until(lambda: harness.chunks[-1][1].instruction_epoch == old_epoch + 1,
+                          20.0, harness.process)
+    first_new = next(i for i, (_, c) in enumerate(harness.chunks)
+                     if c.instruction_epoch == old_epoch + 1)
+    ros.spin_for(1.0)
+    assert all(c.instruction_epoch == old_epoch + 1 for _, c in harness.chunks[first_new:])
+
+
+def test_estop_latches_hold_until_enabled(harness, ros_node):
+    ros = harness.ros
+    estop = ros_node.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
+    estop.publish(Bool(data=True))
+    assert ros.spin_until(lambda: harness.latest_status().output_state
+                          == PolicyStatus.OUTPUT_ESTOP, 5.0, harness.process)
+    client = ros_node.node.create_client(SetBool, 'pi0_ros/enable')
+    assert client.wait_for_service(timeout_sec=5.0)
+    future = client.call_async(SetBool.Request(data=True))
+    assert ros.spin_until(future.done, 5.0, harness.process)
+    assert future.result().success
+    harness.wait_following(timeout=10.0)
+
+
+def test_bad_inputs_are_rejected_counted_and_survived(start_process, ros_node):
+    harness = ControlNodeHarness(start_process, ros_node, compressed=('wrist',))
+    harness.feeder.say('pick up the red cube')
+    harness.wait_following()
+    ros, node = harness.ros, ros_node.node
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CompressedImage
+    camera = node.create_publisher(Image, 'camera/front/image_raw', qos_profile_sensor_data)
+    wrist = node.create_publisher(CompressedImage, 'camera/wrist/image_raw/compressed',
+                                  qos_profile_sensor_data)
+    joints = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
+    instruction = node.create_publisher(String, 'instruction', LATCHED)
+    now = node.get_clock().now().to_msg()
+    bad_encoding = Image(height=4, width=4, encoding='yuv422', step=8, data=bytes(32))
+    wrong_size = Image(height=4, width=4, encoding='rgb8', step=12, data=bytes(40))
+    corrupt_jpeg = CompressedImage(format='jpeg', data=b'\xff\xd8\xff' + bytes(100))
+    missing_joint = JointState(name=SO101_JOINTS[:-1], position=[0.0] * 5)
+    nan_joint = JointState(name=SO101_JOINTS, position=[0.0] * 5 + [float('nan')])
+    for msg in (bad_encoding, wrong_size, corrupt_jpeg, missing_joint, nan_joint):
+        msg.header.stamp = now
+    before = harness.latest_status().inputs_rejected
+    started = harness.statuses[-1][0]
+    camera.publish(bad_encoding)
+    camera.publish(wrong_size)
+    wrist.publish(corrupt_jpeg)
+    joints.publish(missing_joint)
+    joints.publish(nan_joint)
+    ros.spin_for(0.2)
+    instruction.publish(String(data='   '))
+    assert ros.spin_until(lambda: harness.latest_status().inputs_rejected >= before + 6, 10.0,
+                          harness.process), harness.process.output()[-3000:]
+    status = harness.status_after(started)
+    assert status.engine_state != PolicyStatus.ENGINE_FAILED
+    log = harness.process.output()
+    for reason in ('unsupported encoding', 'inconsistent image size', 'corrupt image',
+                   'missing joints', 'non-finite joint state', 'empty instruction'):
+        assert reason in log, reason
+    # Still alive and commanding: the bad inputs changed nothing else.
+    instruction.publish(String(data='pick up the red cube'))
+    harness.wait_following(timeout=10.0)
+    count = len(harness.trajectories)
+    ros.spin_for(1.0)
+    assert len(harness.trajectories) > count + 40
+    for _, msg in harness.trajectories[count:]:
+        check_command(msg)

@@ -1,0 +1,80 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Parameter validation and the shipped parameter files."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pi0_ros.parameters import (ParameterError, settings_from_values, SO101_JOINTS,
+                                SO101_MAX_ACCELERATION, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
+                                SO101_POSITION_UPPER, SPECS)
+from pi0_ros.sim.scene import joint_limits
+
+CONFIG = Path(__file__).resolve().parents[1] / 'config'
+
+
+def defaults(**changes):
+    values = {name: spec.default for name, spec in SPECS.items()}
+    values.update(changes)
+    return values
+
+
+def file_parameters(name):
+    return yaml.safe_load((CONFIG / name).read_text())['/**']['ros__parameters']
+
+
+def test_defaults_validate_and_expand_per_camera_lists():
+    settings = settings_from_values(defaults())
+    assert settings.camera_topics == ['camera/front/image_raw', 'camera/side/image_raw',
+                                      'camera/wrist/image_raw']
+    assert settings.camera_transports == ['raw', 'raw', 'raw']
+    compressed = settings_from_values(defaults(camera_transports=['raw', 'raw', 'compressed']))
+    assert compressed.camera_topics[2] == 'camera/wrist/image_raw/compressed'
+
+
+def test_shipped_parameter_file_matches_the_declared_defaults():
+    parameters = file_parameters('pi0_ros.yaml')
+    assert set(parameters) == set(SPECS)
+    for name, value in parameters.items():
+        assert value == SPECS[name].default, name
+        assert type(value) is type(SPECS[name].default), name
+
+
+def test_example_arm_file_is_valid():
+    parameters = file_parameters('example_arm.yaml')
+    assert set(parameters) <= set(SPECS)
+    settings = settings_from_values(defaults(**parameters))
+    assert len(settings.joint_names) == 7
+    assert settings.camera_transports == ['compressed'] * 3
+
+
+def test_default_limits_are_the_simulated_arms():
+    limits = joint_limits()
+    assert list(limits.names) == SO101_JOINTS
+    assert list(limits.position_lower) == SO101_POSITION_LOWER
+    assert list(limits.position_upper) == SO101_POSITION_UPPER
+    assert list(limits.max_velocity) == SO101_MAX_VELOCITY
+    assert list(limits.max_acceleration) == SO101_MAX_ACCELERATION
+
+
+@pytest.mark.parametrize('name, value, fragment', [
+    ('precision', 'fp8', 'precision'),
+    ('device', 'gpu0', 'device'),
+    ('camera_transports', ['raw', 'h264', 'raw'], 'camera_transports'),
+    ('camera_topics', ['a', 'b'], 'camera_topics'),
+    ('camera_names', ['front', 'front', 'wrist'], 'camera_names'),
+    ('joint_names', ['a', 'a'], 'joint_names'),
+    ('position_lower', [0.0] * 5, 'position_lower'),
+    ('position_lower', [2.0] * 6, 'position_lower'),
+    ('max_velocity', [1.0] * 5 + [0.0], 'max_velocity'),
+    ('max_acceleration', [1.0] * 5 + [float('nan')], 'max_acceleration'),
+    ('control_rate', 0.0, 'control_rate'),
+    ('inference_trigger', 'sometimes', 'inference_trigger'),
+    ('camera_reliability', 'maybe', 'camera_reliability'),
+])
+def test_bad_values_name_the_parameter(name, value, fragment):
+    with pytest.raises(ParameterError) as error:
+        settings_from_values(defaults(**{name: value}))
+    assert f"'{fragment}'" in str(error.value)
+    assert error.value.name == fragment
