@@ -180,7 +180,7 @@ class SimNode(Node):
         msg.name = list(self._scene.joint_names)
         msg.position = position.tolist()
         msg.velocity = velocity.tolist()
-        self._joint_state_publisher.publish(msg)
+        self._publish_safely(self._joint_state_publisher, msg)
 
     def camera_timer_callback(self):
         """Ask the render thread for a frame of every camera (skipped while it is busy)."""
@@ -194,6 +194,8 @@ class SimNode(Node):
         timestep = self._scene.timestep
         wall_start = time.monotonic()
         sim_start = self._scene.time
+        clock_period = 1.0 / self._joint_state_rate
+        last_clock = -clock_period
         while not self._stop.is_set():
             with self._lock:
                 target = sim_start + (time.monotonic() - wall_start) * self._real_time_factor
@@ -211,9 +213,13 @@ class SimNode(Node):
                     self._scene.set_position_targets(position)
                     self._scene.step()
                 sim_time = self._scene.time
-            if self._clock_publisher is not None and steps > 0:
-                self._clock_publisher.publish(
-                    Clock(clock=Time(nanoseconds=int(round(sim_time * _NS_PER_S))).to_msg()))
+            # /clock at the joint-state rate of sim time: every subscriber (this node's time
+            # source included) handles each message in Python, so more costs real time.
+            if (self._clock_publisher is not None
+                    and abs(sim_time - last_clock) >= clock_period - 1e-9):
+                last_clock = sim_time
+                self._publish_safely(self._clock_publisher, Clock(
+                    clock=Time(nanoseconds=int(round(sim_time * _NS_PER_S))).to_msg()))
             self._stop.wait(timestep / self._real_time_factor)
 
     def _render_loop(self):
@@ -227,10 +233,20 @@ class SimNode(Node):
                         self._scene.prepare_render(name)
                         stamp = self.get_clock().now().to_msg()
                     pixels = self._scene.render_prepared()
-                    self._image_publishers[name].publish(self._image_msg(pixels, stamp, name))
+                    self._publish_safely(self._image_publishers[name],
+                                         self._image_msg(pixels, stamp, name))
                     self.frames_published += 1
         finally:
             self._scene.close()
+
+    def _publish_safely(self, publisher, msg):
+        # On Ctrl-C the context shuts down before destroy_node() stops the threads.
+        try:
+            publisher.publish(msg)
+        except Exception as error:  # noqa: B902 (rclpy raises several types on shutdown)
+            if self.context.ok() and not self._stop.is_set():
+                raise
+            self.get_logger().debug(f'publish during shutdown dropped: {error}')
 
     def _image_msg(self, pixels: np.ndarray, stamp, frame_id: str) -> Image:
         msg = Image()
