@@ -45,6 +45,7 @@ from pi0_ros.control.action_chunk import Chunk
 from pi0_ros.control.limits import JointLimits
 
 MAX_REFERENCE_SEGMENTS = 16
+VELOCITY_EPSILON = 1e-12
 REASON_WAITING = 'waiting for chunk'
 REASON_EXHAUSTED = 'chunk exhausted'
 REASON_DISABLED = 'disabled'
@@ -506,6 +507,9 @@ class ChunkPlanner:
                                             reference_velocities[index] + desired)
             if index == count:
                 v_next = np.zeros_like(v_next)
+            else:
+                # Rounding residue of the tracker (~1e-20 at rest) is not motion: keep rest exact.
+                v_next[np.abs(v_next) < VELOCITY_EPSILON] = 0.0
             q = self.limits.clamp_position(q + 0.5 * h * (v + v_next))
             positions[index - 1], velocities[index - 1] = q, v_next
             v = v_next

@@ -1,0 +1,399 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""ChunkPlanner: latency compensation, seams, limits, hold, e-stop, clock jumps."""
+import math
+
+import numpy as np
+import pytest
+
+from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
+                             validate_trajectory)
+from pi0_ros.control.planner import max_speed_to_stop, smootherstep
+
+H = 0.02      # default point spacing and control period
+TOLERANCE = 1e-9
+
+
+def make_limits(max_velocity=1.0, max_acceleration=5.0):
+    return JointLimits([-1.0, -2.0], [1.0, 2.0], [max_velocity] * 2, [max_acceleration] * 2)
+
+
+def make_planner(config=None, limits=None, position=(0.0, 0.0), now=0.0):
+    planner = ChunkPlanner(config or PlannerConfig(), limits or make_limits())
+    planner.reset(np.array(position), now)
+    planner.set_enabled(True)
+    return planner
+
+
+def constant_chunk(t0, target, horizon=50, dt=H):
+    return Chunk(t0, dt, np.tile(np.asarray(target, dtype=float), (horizon, 1)))
+
+
+def assert_points_within_limits(planner, points):
+    """Assert JTC validity, position/velocity limits and accel-consistent successive points."""
+    limits = planner.limits
+    assert validate_trajectory(points.times_from_start, points.positions, points.velocities,
+                               limits.num_joints) == []
+    assert (points.positions >= limits.position_lower).all()
+    assert (points.positions <= limits.position_upper).all()
+    assert (np.abs(points.velocities) <= limits.max_velocity * (1 + TOLERANCE)).all()
+    velocities = np.vstack([planner.commanded_velocity, points.velocities])
+    step = limits.max_acceleration * planner.config.point_spacing
+    assert (np.abs(np.diff(velocities, axis=0)) <= step * (1 + TOLERANCE)).all()
+    np.testing.assert_array_equal(points.velocities[-1], 0.0)
+
+
+def run(planner, start, stop, hold_reason=None, period=H, trace=None):
+    """Step from start to stop (exclusive); return the PlanPoints, append states to trace."""
+    plans = []
+    for tick in range(int(round((stop - start) / period))):
+        points = planner.step(start + tick * period, hold_reason)
+        assert_points_within_limits(planner, points)
+        plans.append(points)
+        if trace is not None:
+            trace.append((planner.commanded_position, planner.commanded_velocity))
+    return plans
+
+
+def test_starts_disabled_and_returns_nothing_before_reset():
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    assert planner.state is PlannerState.DISABLED
+    points = planner.step(0.0)
+    assert len(points) == 0 and points.state is PlannerState.DISABLED
+    assert points.hold_reason == 'not reset'
+    assert validate_trajectory(points.times_from_start, points.positions) == [
+        'trajectory has no points']
+    assert not planner.add_chunk(constant_chunk(0.0, [0.0, 0.0]), 0.0).accepted
+
+
+def test_reset_without_enable_stays_disabled_and_holds():
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    planner.reset(np.array([0.5, -0.5]), 1.0)
+    assert planner.state is PlannerState.DISABLED and planner.hold_reason == 'disabled'
+    result = planner.add_chunk(constant_chunk(1.0, [0.0, 0.0]), 1.0)
+    assert (result.accepted, result.reason) == (False, 'planner disabled')
+    points = planner.step(1.0)
+    assert points.state is PlannerState.DISABLED
+    np.testing.assert_array_equal(points.positions, np.tile([0.5, -0.5], (10, 1)))
+    np.testing.assert_array_equal(points.velocities, 0.0)
+
+
+def test_reset_validates_and_clamps_the_measured_position():
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    with pytest.raises(ValueError):
+        planner.reset(np.array([0.0, math.nan]), 0.0)
+    with pytest.raises(ValueError):
+        planner.reset(np.array([0.0]), 0.0)
+    planner.reset(np.array([1.5, 0.0]), 0.0)
+    np.testing.assert_array_equal(planner.commanded_position, [1.0, 0.0])
+
+
+def test_holds_the_reset_position_before_the_first_chunk():
+    planner = make_planner(position=(0.25, -0.75))
+    points = planner.step(0.0)
+    assert points.state is PlannerState.HOLDING and points.hold_reason == 'waiting for chunk'
+    np.testing.assert_array_equal(points.times_from_start, H * np.arange(1, 11))
+    np.testing.assert_array_equal(points.positions, np.tile([0.25, -0.75], (10, 1)))
+    np.testing.assert_array_equal(points.velocities, 0.0)
+    assert points.start_time == 0.0
+
+
+def test_past_actions_are_counted_and_never_executed():
+    planner = make_planner(now=1.5)
+    actions = np.zeros((8, 2))
+    actions[:4] = 0.9        # meant for 1.0, 1.125, 1.25, 1.375: already past at 1.5
+    result = planner.add_chunk(Chunk(1.0, 0.125, actions), now=1.5)
+    assert (result.accepted, result.skipped_actions, result.reason) == (True, 4, 'accepted')
+    plans = run(planner, 1.5, 2.5)
+    assert plans[0].state is PlannerState.FOLLOWING
+    assert max(np.abs(p.positions).max() for p in plans) == 0.0
+    assert planner.remaining_horizon(1.5) == 0.375
+    assert planner.remaining_horizon(3.0) == 0.0
+
+
+def test_a_chunk_wholly_in_the_past_is_rejected():
+    planner = make_planner(now=2.0)
+    result = planner.add_chunk(constant_chunk(1.0, [0.5, 0.5], horizon=10, dt=0.1), now=2.0)
+    assert not result.accepted
+    assert result.skipped_actions == 10
+    assert 'past' in result.reason
+    assert planner.remaining_horizon(2.0) == 0.0
+
+
+@pytest.mark.parametrize('chunk, reason', [
+    (Chunk(0.0, H, np.array([[0.0, 0.0], [math.nan, 0.0]])), 'non-finite'),
+    (Chunk(0.0, H, np.array([[0.0, 0.0], [math.inf, 0.0]])), 'non-finite'),
+    (Chunk(0.0, H, np.zeros((5, 3))), '3 joints, expected 2'),
+    (Chunk(0.0, 0.0, np.zeros((5, 2))), 'time base'),
+    (Chunk(math.nan, H, np.zeros((5, 2))), 'time base'),
+])
+def test_bad_chunks_are_rejected_and_the_plan_goes_on(chunk, reason):
+    planner = make_planner()
+    assert planner.add_chunk(constant_chunk(0.0, [0.5, 0.5]), 0.0).accepted
+    before = planner.step(0.0)
+    result = planner.add_chunk(chunk, 0.0)
+    assert not result.accepted and reason in result.reason
+    after = planner.step(0.0)
+    np.testing.assert_array_equal(after.positions, before.positions)
+    assert after.state is PlannerState.FOLLOWING
+
+
+def test_a_chunk_older_than_the_executing_one_is_rejected():
+    planner = make_planner()
+    assert planner.add_chunk(constant_chunk(0.5, [0.1, 0.1]), 0.5).accepted
+    result = planner.add_chunk(constant_chunk(0.4, [0.2, 0.2]), 0.5)
+    assert not result.accepted and 'older' in result.reason
+
+
+def test_a_far_target_is_approached_at_bounded_speed_without_overshoot():
+    planner = make_planner()            # A = 5, h = 0.02, N = 10: speed cap 0.9 < 1.0
+    np.testing.assert_allclose(planner.effective_max_velocity, [0.9, 0.9])
+    assert planner.add_chunk(constant_chunk(0.0, [0.8, -0.5], horizon=200), 0.0).accepted
+    trace = []
+    run(planner, 0.0, 3.0, trace=trace)
+    positions, velocities = (np.array(values) for values in zip(*trace))
+    assert np.abs(velocities).max() == pytest.approx(0.9, abs=1e-12)
+    assert positions[:, 0].max() <= 0.8 + 1e-12 and positions[:, 1].min() >= -0.5 - 1e-12
+    np.testing.assert_allclose(positions[-1], [0.8, -0.5], atol=1e-12)
+    np.testing.assert_array_equal(velocities[-1], 0.0)
+
+
+def test_max_velocity_binds_when_below_the_horizon_cap():
+    planner = make_planner(limits=make_limits(max_velocity=0.5, max_acceleration=20.0))
+    planner.add_chunk(constant_chunk(0.0, [0.9, 0.0], horizon=200), 0.0)
+    trace = []
+    run(planner, 0.0, 1.0, trace=trace)
+    assert max(abs(velocity[0]) for _, velocity in trace) == 0.5
+
+
+def test_target_beyond_the_limit_is_clamped_exactly_at_the_bound():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [3.0, -5.0], horizon=200), 0.0)
+    plans = run(planner, 0.0, 4.0)
+    assert max(p.positions[:, 0].max() for p in plans) == 1.0
+    assert min(p.positions[:, 1].min() for p in plans) == -2.0
+    np.testing.assert_array_equal(planner.commanded_position, [1.0, -2.0])
+
+
+def test_braking_distance_keeps_a_hold_at_full_speed_inside_the_limits():
+    planner = make_planner(limits=make_limits(max_velocity=2.0, max_acceleration=2.0),
+                           config=PlannerConfig(points_per_message=50))
+    planner.add_chunk(constant_chunk(0.0, [5.0, 0.0], horizon=500), 0.0)
+    run(planner, 0.0, 0.8)
+    assert planner.commanded_velocity[0] > 1.0
+    plans = run(planner, 0.8, 2.0, hold_reason='stale observation')
+    assert max(p.positions[:, 0].max() for p in plans) <= 1.0
+    np.testing.assert_array_equal(planner.commanded_velocity, 0.0)
+
+
+def test_exact_discrete_braking_distance():
+    accel, h = np.array([5.0]), 0.02
+    for speed in (0.0, 0.05, 0.1, 0.37, 0.9):
+        room = 0.0
+        velocity = speed                            # brake by accel * h per point from `speed`
+        while velocity > 0:
+            next_velocity = max(velocity - accel[0] * h, 0.0)
+            room += 0.5 * h * (velocity + next_velocity)
+            velocity = next_velocity
+        room += 0.5 * h * speed                     # the step that reaches `speed`
+        speed_found = max_speed_to_stop(np.array([room]), accel, h)[0]
+        assert speed_found == pytest.approx(speed, abs=1e-12)
+    assert max_speed_to_stop(np.array([-0.01]), accel, h)[0] == pytest.approx(-1.0)
+    assert max_speed_to_stop(np.array([math.inf]), accel, h)[0] == math.inf
+
+
+def test_smootherstep_is_flat_at_both_ends():
+    values = smootherstep(np.array([-1.0, 0.0, 0.5, 1.0, 2.0]))
+    np.testing.assert_array_equal(values, [0.0, 0.0, 0.5, 1.0, 1.0])
+
+
+def test_a_new_chunk_blends_in_with_a_continuous_seam():
+    config = PlannerConfig(blend_duration=0.2)
+    planner = make_planner(config=config)
+    ramp = np.linspace(0.0, 0.49, 50)[:, None] * np.array([1.0, -1.0])
+    planner.add_chunk(Chunk(0.0, H, ramp), 0.0)
+    run(planner, 0.0, 0.5)
+    arrival = 0.5
+    planner.step(arrival)
+    probe = arrival + np.array([-0.1, -1e-3, 0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.19])
+    old = planner.reference(probe)
+    state_before = (planner.commanded_position, planner.commanded_velocity)
+    other = Chunk(0.45, H, np.tile([0.0, 0.3], (50, 1)))
+    assert planner.add_chunk(other, arrival).accepted
+    new = planner.reference(probe)
+    # Up to the arrival the reference is unchanged, bit for bit.
+    np.testing.assert_array_equal(new[:3], old[:3])
+    # After it, it leaves the old one with zero slope and curvature: |new - old| <= 10 x^3 |d|.
+    x = (probe[3:] - arrival) / config.blend_duration
+    bound = 10.0 * x[:, None] ** 3 * np.abs(other.sample_many(probe[3:]) - old[3:]) + 1e-15
+    assert (np.abs(new[3:] - old[3:]) <= bound).all()
+    assert np.abs(new[3] - old[3]).max() < 1e-9
+    # The commanded state does not move when a chunk is added.
+    points = planner.step(arrival)
+    np.testing.assert_array_equal(planner.commanded_position, state_before[0])
+    np.testing.assert_array_equal(planner.commanded_velocity, state_before[1])
+    assert_points_within_limits(planner, points)
+
+
+def test_successive_plans_join_without_a_step():
+    planner = make_planner()
+    planner.add_chunk(Chunk(0.0, H, np.linspace(0, 0.5, 60)[:, None] * [1.0, 1.0]), 0.0)
+    previous = planner.step(0.0)
+    for tick in range(1, 40):
+        points = planner.step(tick * H)
+        # The new plan starts exactly where the executing plan is (its first point, here).
+        np.testing.assert_allclose(planner.commanded_position, previous.positions[0],
+                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(planner.commanded_velocity, previous.velocities[0],
+                                   rtol=0, atol=1e-12)
+        previous = points
+
+
+def test_the_commanded_state_follows_the_published_plan_between_ticks():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [0.5, 0.5], horizon=100), 0.0)
+    run(planner, 0.0, 0.1)
+    plan = planner.step(0.1)
+    v_start, q_start = planner.commanded_velocity, planner.commanded_position
+    planner.step(0.113)                      # 13 ms into the first segment
+    acceleration = (plan.velocities[0] - v_start) / H
+    tau = 0.113 - 0.1
+    np.testing.assert_allclose(planner.commanded_position,
+                               q_start + v_start * tau + 0.5 * acceleration * tau ** 2,
+                               rtol=0, atol=1e-12)
+    # A stall longer than the plan: the controller stopped at its last point.
+    last = planner.step(0.113).positions[-1]
+    planner.step(5.0)
+    np.testing.assert_array_equal(planner.commanded_position, last)
+    np.testing.assert_array_equal(planner.commanded_velocity, 0.0)
+
+
+def test_a_constant_velocity_chunk_is_tracked_exactly():
+    planner = make_planner(config=PlannerConfig(blend_duration=0.0))
+    times = H * np.arange(100)
+    chunk = Chunk(0.0, H, np.stack([0.3 * times, -0.2 * times], axis=1))
+    planner.add_chunk(chunk, 0.0)
+    run(planner, 0.0, 0.6)                  # catch up with the moving reference
+    trace = []
+    plans = run(planner, 0.6, 1.5, trace=trace)
+    for points, (position, velocity) in zip(plans, trace):
+        np.testing.assert_allclose(position, chunk.sample(points.start_time), rtol=0, atol=1e-9)
+        np.testing.assert_allclose(velocity, [0.3, -0.2], rtol=0, atol=1e-9)
+
+
+def test_chunk_exhausted_stops_at_the_last_action():
+    planner = make_planner()
+    planner.add_chunk(Chunk(0.0, 0.1, np.linspace([0.0, 0.0], [0.3, -0.3], 5)), 0.0)
+    plans = run(planner, 0.0, 1.5)
+    assert plans[0].state is PlannerState.FOLLOWING
+    assert plans[20].hold_reason is None            # t = 0.4 = end_time: still following
+    assert plans[21].state is PlannerState.HOLDING
+    assert plans[21].hold_reason == 'chunk exhausted'
+    np.testing.assert_allclose(planner.commanded_position, [0.3, -0.3], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(plans[-1].velocities, 0.0)
+
+
+def test_hold_reason_decelerates_at_the_limit_then_stays():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [0.9, 0.0], horizon=200), 0.0)
+    run(planner, 0.0, 0.5)
+    speed = planner.commanded_velocity[0]
+    assert speed == pytest.approx(0.9)
+    points = planner.step(0.5, hold_reason='stale observation')
+    assert points.state is PlannerState.HOLDING and points.hold_reason == 'stale observation'
+    expected = np.maximum(speed - 5.0 * H * np.arange(1, 11), 0.0)
+    np.testing.assert_allclose(points.velocities[:, 0], expected, rtol=0, atol=1e-12)
+    plans = run(planner, 0.52, 1.0, hold_reason='stale observation')
+    stop = plans[-1].positions[0]
+    np.testing.assert_array_equal(plans[-1].positions, np.tile(stop, (10, 1)))
+    # Released: the interrupted chunk is gone; it waits for a new one, then follows it.
+    points = planner.step(1.0)
+    assert points.state is PlannerState.HOLDING and points.hold_reason == 'waiting for chunk'
+    np.testing.assert_array_equal(points.positions, np.tile(stop, (10, 1)))
+    assert planner.add_chunk(constant_chunk(1.0, [0.0, 0.0]), 1.0).accepted
+    assert planner.step(1.0).state is PlannerState.FOLLOWING
+
+
+def test_estop_latches_until_cleared():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [0.9, 0.0], horizon=500), 0.0)
+    run(planner, 0.0, 0.3)
+    planner.estop()
+    assert planner.state is PlannerState.ESTOP and planner.hold_reason == 'e-stop'
+    rejected = planner.add_chunk(constant_chunk(0.3, [0.9, 0.0]), 0.3)
+    assert (rejected.accepted, rejected.reason) == (False, 'e-stop latched')
+    plans = run(planner, 0.3, 1.0)
+    assert all(p.state is PlannerState.ESTOP for p in plans)
+    np.testing.assert_array_equal(plans[-1].velocities, 0.0)
+    stop = planner.commanded_position
+    planner.set_enabled(True)
+    assert planner.step(1.0).state is PlannerState.ESTOP        # enabling does not clear it
+    planner.clear_estop()
+    points = planner.step(1.02)
+    assert points.state is PlannerState.HOLDING and points.hold_reason == 'waiting for chunk'
+    np.testing.assert_array_equal(points.positions, np.tile(stop, (10, 1)))
+
+
+def test_disable_holds_and_rejects_chunks():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [0.5, 0.5]), 0.0)
+    run(planner, 0.0, 0.2)
+    planner.set_enabled(False)
+    assert planner.state is PlannerState.DISABLED
+    plans = run(planner, 0.2, 0.8)
+    assert plans[-1].state is PlannerState.DISABLED and plans[-1].hold_reason == 'disabled'
+    np.testing.assert_array_equal(plans[-1].velocities, 0.0)
+    assert planner.add_chunk(constant_chunk(0.8, [0.5, 0.5]), 0.8).reason == 'planner disabled'
+
+
+def test_clock_jumping_back_resets_to_a_hold_at_the_commanded_position():
+    planner = make_planner(now=100.0)
+    planner.add_chunk(constant_chunk(100.0, [0.5, 0.5], horizon=100), 100.0)
+    run(planner, 100.0, 100.3, period=H)
+    position = planner.commanded_position
+    points = planner.step(3.0)                      # sim time restarted
+    assert points.state is PlannerState.HOLDING
+    assert points.hold_reason == 'clock jumped backwards'
+    np.testing.assert_array_equal(planner.commanded_velocity, 0.0)
+    np.testing.assert_array_equal(planner.commanded_position, position)
+    np.testing.assert_array_equal(points.positions, np.tile(position, (10, 1)))
+    assert planner.remaining_horizon(3.0) == 0.0
+    # Chunks on the new time base are accepted (not "older than the executing one").
+    assert planner.add_chunk(constant_chunk(3.0, [0.0, 0.0]), 3.0).accepted
+    assert planner.step(3.02).state is PlannerState.FOLLOWING
+
+
+def test_temporal_ensembling_averages_overlapping_chunks_with_act_weights():
+    config = PlannerConfig(temporal_ensembling=True, ensembling_decay=0.5)
+    planner = make_planner(config=config)
+    planner.add_chunk(constant_chunk(0.0, [0.2, 0.0], horizon=100), 0.0)
+    run(planner, 0.0, 0.3)
+    planner.add_chunk(constant_chunk(0.3, [0.6, 0.0], horizon=100), 0.3)
+    run(planner, 0.3, 0.6)
+    weight = math.exp(-0.5)
+    expected = (0.2 + weight * 0.6) / (1 + weight)
+    np.testing.assert_allclose(planner.reference(np.array([0.6, 1.0]))[:, 0], expected,
+                               rtol=0, atol=1e-15)
+    # After the first chunk ends (t > 1.98) only the second one is left.
+    np.testing.assert_allclose(planner.reference(np.array([2.0]))[0, 0], 0.6, rtol=0, atol=0)
+    plain = make_planner()
+    plain.add_chunk(constant_chunk(0.0, [0.2, 0.0], horizon=100), 0.0)
+    run(plain, 0.0, 0.3)
+    plain.add_chunk(constant_chunk(0.3, [0.6, 0.0], horizon=100), 0.3)
+    run(plain, 0.3, 0.6)
+    assert plain.reference(np.array([0.6]))[0, 0] == 0.6
+
+
+def test_same_inputs_give_bit_identical_plans():
+    def scenario():
+        planner = make_planner()
+        out = []
+        for tick in range(60):
+            now = tick * H
+            if tick % 5 == 0:
+                t = now - 0.03 + H * np.arange(50)
+                actions = np.stack([0.5 * np.sin(t), 0.4 * np.cos(t)], axis=1)
+                planner.add_chunk(Chunk(now - 0.03, H, actions), now)
+            out.append(planner.step(now).positions)
+        return np.array(out)
+    np.testing.assert_array_equal(scenario(), scenario())
