@@ -37,7 +37,7 @@ class RateMeter:
         return (len(self._stamps) - 1) / span if span > 0 else 0.0
 
     def jitter(self, q=99.0):
-        """The q-th percentile of |period - mean period|, seconds."""
+        """Return the q-th percentile of |period - mean period|, seconds."""
         periods = self.periods
         if periods.size == 0:
             return 0.0

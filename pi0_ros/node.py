@@ -12,19 +12,19 @@ import sys
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
+from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, qos_profile_sensor_data,
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
-from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
-from diagnostic_msgs.msg import DiagnosticArray
 
 from pi0_ros import diagnostics
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
@@ -205,9 +205,9 @@ class Pi0ControlNode(LifecycleNode):
             self._limits)
         self._sync = ApproximateTimeSync(len(settings.camera_names), settings.sync_queue_size,
                                          settings.sync_max_skew)
-        self._joint_buffer = JointStateBuffer(capacity=400,
-                                              max_gap=settings.joint_state_max_gap,
-                                              max_extrapolation=settings.joint_state_max_extrapolation)
+        self._joint_buffer = JointStateBuffer(
+            capacity=400, max_gap=settings.joint_state_max_gap,
+            max_extrapolation=settings.joint_state_max_extrapolation)
         self._joint_mapper = JointStateMapper(joints)
         self._gpu = diagnostics.GpuTelemetry(None)
 
@@ -379,7 +379,7 @@ class Pi0ControlNode(LifecycleNode):
         self.get_logger().info(f"instruction (epoch {epoch}): '{text[:120]}'")
 
     def estop_callback(self, msg):
-        """A true e-stop message latches a hold until ~/enable is called with true."""
+        """Latch a hold on a true e-stop message, until ~/enable is called with true."""
         if msg.data:
             with self._lock:
                 newly = not self._estop_latched

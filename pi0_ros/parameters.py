@@ -185,7 +185,7 @@ def _choice(name, value, choices):
 
 def _per_camera(name, values, count, fill):
     """Expand a per-camera list: [] or [''] -> defaults, one entry -> all cameras."""
-    values = [v for v in values]
+    values = list(values)
     if values in ([], ['']):
         return [fill(i) for i in range(count)]
     if len(values) == 1 and count > 1:

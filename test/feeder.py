@@ -3,7 +3,7 @@
 """A stand-in robot for integration tests: three cameras, joint states and an instruction."""
 import cv2
 import numpy as np
-from rclpy.qos import (DurabilityPolicy, QoSProfile, qos_profile_sensor_data,
+from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String

@@ -148,8 +148,8 @@ def test_joint_trajectory_from_plan_points():
     times = np.array([0.02, 0.04, 0.06])
     positions = np.array([[0.0, 1.0], [0.1, 1.1], [0.2, 1.2]])
     velocities = np.array([[5.0, 5.0], [5.0, 5.0], [0.0, 0.0]])
-    msg = build_joint_trajectory(['a', 'b'], PlanPoints(times, positions, velocities,
-                                                         PlannerState.FOLLOWING, None))
+    points = PlanPoints(times, positions, velocities, PlannerState.FOLLOWING, None)
+    msg = build_joint_trajectory(['a', 'b'], points)
     assert msg.joint_names == ['a', 'b']
     assert msg.header.stamp.sec == 0 and msg.header.stamp.nanosec == 0
     assert [p.time_from_start.nanosec for p in msg.points] == [20_000_000, 40_000_000,

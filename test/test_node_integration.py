@@ -1,9 +1,9 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """The control node as a process, fed over real DDS by a stand-in robot (3 cameras, joints)."""
+from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
