@@ -10,6 +10,14 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.12,<3.13',
     packages=find_packages(include=['pi0_ros', 'pi0_ros.*']),
+    # The simulator's MJCF model, meshes and their license.
+    package_data={'pi0_ros.sim': ['assets/*', 'assets/*/*', 'assets/*/*/*']},
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/pi0_ros']),
+        ('share/pi0_ros', ['package.xml']),
+        ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/sim.launch.py']),
+        ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/example_arm.yaml']),
+    ],
     zip_safe=False,
     entry_points={
         'console_scripts': [
