@@ -15,8 +15,10 @@ setup(
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/pi0_ros']),
         ('share/pi0_ros', ['package.xml']),
-        ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/sim.launch.py']),
-        ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/example_arm.yaml']),
+        ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/sim.launch.py',
+                                  'launch/gazebo.launch.py']),
+        ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/example_arm.yaml',
+                                  'config/ros2_controllers.yaml']),
     ],
     zip_safe=False,
     entry_points={
