@@ -1,0 +1,114 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Model dimensions, engine options and the inference result type."""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Every dimension of a Pi0 model (SigLIP tower, Gemma prefix, Gemma action expert)."""
+
+    # SigLIP vision tower + projector.
+    vision_width: int = 1152
+    vision_depth: int = 27
+    vision_heads: int = 16
+    vision_mlp_dim: int = 4304
+    patch_size: int = 14
+    image_size: int = 224
+    # Gemma prefix (PaliGemma language model).
+    prefix_width: int = 2048
+    prefix_depth: int = 18
+    prefix_mlp_dim: int = 16384
+    prefix_heads: int = 8
+    # Gemma action expert.
+    expert_width: int = 1024
+    expert_depth: int = 18
+    expert_mlp_dim: int = 4096
+    expert_heads: int = 8
+    # Shared by prefix and expert (the expert attends to the prefix KV cache).
+    num_kv_heads: int = 1
+    head_dim: int = 256
+    vocab_size: int = 257152
+    # Policy.
+    max_state_dim: int = 32
+    max_action_dim: int = 32
+    chunk_size: int = 50
+    num_steps: int = 10
+    tokenizer_max_length: int = 48
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    layer_norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.num_kv_heads != 1:
+            raise ValueError(f'num_kv_heads must be 1 (multi-query attention), got {self.num_kv_heads}')
+        if self.prefix_depth != self.expert_depth:
+            raise ValueError('prefix_depth and expert_depth must be equal '
+                             f'({self.prefix_depth} != {self.expert_depth})')
+        if self.image_size % self.patch_size:
+            raise ValueError(f'image_size {self.image_size} is not a multiple of patch_size '
+                             f'{self.patch_size}')
+        if self.vision_width % self.vision_heads:
+            raise ValueError('vision_width must be a multiple of vision_heads')
+        if self.head_dim % 2 or self.expert_width % 2:
+            raise ValueError('head_dim and expert_width must be even')
+        for name in ('chunk_size', 'num_steps', 'tokenizer_max_length', 'max_state_dim',
+                     'max_action_dim', 'vocab_size'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Number of SigLIP patch tokens per camera image."""
+        return (self.image_size // self.patch_size) ** 2
+
+    @classmethod
+    def full(cls) -> 'ModelDims':
+        """Pi0 as published: SigLIP So400m/14, Gemma 2B prefix, Gemma 300M expert."""
+        return cls()
+
+    @classmethod
+    def tiny(cls) -> 'ModelDims':
+        """A few-layer model with the full model's structure, for tests and CPU demos."""
+        return cls(vision_width=32, vision_depth=2, vision_heads=2, vision_mlp_dim=64,
+                   patch_size=14, image_size=224,
+                   prefix_width=64, prefix_depth=2, prefix_mlp_dim=128, prefix_heads=2,
+                   expert_width=32, expert_depth=2, expert_mlp_dim=64, expert_heads=2,
+                   num_kv_heads=1, head_dim=16, vocab_size=512)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Runtime options: precision, device, batch capacity, CUDA graphs, largest frame."""
+
+    precision: str = 'auto'
+    device: str = 'auto'
+    max_batch: int = 1
+    cuda_graphs: bool = True
+    max_frame_height: int = 1080
+    max_frame_width: int = 1920
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):
+            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
+                             f'got {self.precision!r}')
+        if not (self.device in ('auto', 'cpu', 'cuda') or self.device.startswith('cuda:')):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.max_batch < 1:
+            raise ValueError(f'max_batch must be >= 1, got {self.max_batch}')
+        if self.max_frame_height < 1 or self.max_frame_width < 1:
+            raise ValueError('max_frame_height and max_frame_width must be >= 1')
+
+
+@dataclass
+class InferenceResult:
+    """One action chunk in robot units, with per-stage timings."""
+
+    actions: np.ndarray
+    timings_ms: dict = field(default_factory=dict)
+    vision_cache_hits: int = 0

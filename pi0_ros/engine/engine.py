@@ -1,0 +1,514 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
+from pathlib import Path
+import threading
+import time
+
+import numpy as np
+import torch
+
+from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
+from pi0_ros.engine.errors import EngineError, InputError, NonFiniteOutputError
+from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_info,
+                                    SafetensorsWeights)
+from pi0_ros.engine.model import (build_weights, denoise_forward, lerobot_parameter_shapes,
+                                  prefix_forward, vision_forward)
+from pi0_ros.engine.preprocess import FrameResizer, scale_to_signed_unit
+from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
+
+PRECISIONS = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+STAGES = ('preprocess', 'vision', 'prefix', 'denoise', 'total')
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> the first CUDA device if there is one, else the CPU."""
+    if device == 'auto':
+        return torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device('cpu')
+    resolved = torch.device(device)
+    if resolved.type == 'cuda':
+        if not torch.cuda.is_available():
+            raise EngineError(f'device {device!r} requested but CUDA is not available')
+        if resolved.index is None:
+            resolved = torch.device('cuda', torch.cuda.current_device())
+    return resolved
+
+
+def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """'auto' -> bf16 on GPUs that support it, fp16 on other GPUs, fp32 on the CPU."""
+    if precision != 'auto':
+        return PRECISIONS[precision]
+    if device.type != 'cuda':
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def batch_buckets(max_batch: int) -> list:
+    """Static batch sizes: powers of two below max_batch, and max_batch itself."""
+    buckets = []
+    size = 1
+    while size < max_batch:
+        buckets.append(size)
+        size *= 2
+    buckets.append(max_batch)
+    return buckets
+
+
+def random_lerobot_tensors(dims: ModelDims, device: torch.device, seed: int):
+    """Getter of random LeRobot-named float32 tensors (init like HF: N(0, 0.02))."""
+    shapes = lerobot_parameter_shapes(dims)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    values = {}
+
+    def get(key):
+        if key not in values:
+            tensor = torch.randn(shapes[key], generator=generator, device=device) * 0.02
+            if key.endswith(('layer_norm1.weight', 'layer_norm2.weight',
+                             'post_layernorm.weight')):
+                tensor += 1.0  # LayerNorm scales near 1 (Gemma RMSNorm uses 1 + w already)
+            values[key] = tensor
+        return values.pop(key)  # each key is read once; free it right after fusion
+
+    return get
+
+
+class Pi0Engine:
+    """Pi0 inference: frames + state + instruction -> action chunk in robot units."""
+
+    def __init__(self, get_tensor, dims: ModelDims, *, state_dim: int, action_dim: int,
+                 num_cameras: int, options: EngineOptions, state_stats: NormStats,
+                 action_stats: NormStats, tokenizer):
+        """Build from a getter of LeRobot-named tensors; use random() or from_pretrained()."""
+        if not 1 <= state_dim <= dims.max_state_dim:
+            raise ValueError(f'state_dim must be in 1..{dims.max_state_dim}, got {state_dim}')
+        if not 1 <= action_dim <= dims.max_action_dim:
+            raise ValueError(f'action_dim must be in 1..{dims.max_action_dim}, got {action_dim}')
+        if num_cameras < 1:
+            raise ValueError(f'num_cameras must be >= 1, got {num_cameras}')
+        self.dims = dims
+        self.options = options
+        self.state_dim = state_dim
+        self.action_dim = action_dim
+        self.num_cameras = num_cameras
+        self.chunk_size = dims.chunk_size
+        self.device = resolve_device(options.device)
+        self.dtype = resolve_dtype(options.precision, self.device)
+        self._state_stats = state_stats
+        self._action_stats = action_stats
+        self._state_denominator = (state_stats.std + np.float32(state_stats.eps)).astype(
+            np.float32)
+        self._tokenizer = tokenizer
+        self._closed = False
+        self._lock = threading.Lock()
+        self._is_cuda = self.device.type == 'cuda'
+        self._use_graphs = self._is_cuda and options.cuda_graphs
+        self._graphs = {}
+        self._graph_pool = None
+        self._graph_thread = None
+        self._buckets = batch_buckets(options.max_batch)
+        self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0}
+        self._image_tokens = num_cameras * dims.tokens_per_image
+        self._prefix_length = self._image_tokens + dims.tokenizer_max_length
+        with torch.inference_mode(False), torch.no_grad():
+            self.weights = build_weights(get_tensor, dims, self.dtype, self.device,
+                                         self._prefix_length)
+            self._allocate()
+        self._slot_instructions = [None] * options.max_batch
+        self._slot_frame_keys = [[None] * num_cameras for _ in range(options.max_batch)]
+
+    # ----------------------------------------------------------------------------------------
+    # Construction
+    @classmethod
+    def random(cls, dims: ModelDims, *, state_dim: int, action_dim: int, num_cameras: int,
+               seed: int = 0, options: EngineOptions = EngineOptions(), state_mean=None,
+               state_std=None, action_mean=None, action_std=None,
+               tokenizer=None) -> 'Pi0Engine':
+        """Random weights (built on the target device); stats default to mean 0 / std 1."""
+        device = resolve_device(options.device)
+
+        def stats(mean, std, size, name):
+            mean = np.zeros(size, np.float32) if mean is None else np.asarray(mean, np.float32)
+            std = np.ones(size, np.float32) if std is None else np.asarray(std, np.float32)
+            if mean.shape != (size,) or std.shape != (size,):
+                raise ValueError(f'{name} mean/std must have shape ({size},)')
+            return NormStats(mean, std, 1e-8)
+
+        return cls(random_lerobot_tensors(dims, device, seed), dims, state_dim=state_dim,
+                   action_dim=action_dim, num_cameras=num_cameras, options=options,
+                   state_stats=stats(state_mean, state_std, state_dim, 'state'),
+                   action_stats=stats(action_mean, action_std, action_dim, 'action'),
+                   tokenizer=tokenizer if tokenizer is not None else build_builtin_tokenizer())
+
+    @classmethod
+    def from_pretrained(cls, path, *, tokenizer_path=None, options: EngineOptions =
+                        EngineOptions(), dims: ModelDims | None = None) -> 'Pi0Engine':
+        """Load a LeRobot pi0 checkpoint directory (config, weights, processor stats).
+
+        dims overrides the model sizes that config.json implies (for shrunk test models).
+        """
+        directory = Path(path)
+        info: CheckpointInfo = read_checkpoint_info(directory, dims)
+        tokenizer = load_tokenizer(tokenizer_path if tokenizer_path is not None else directory)
+        device = resolve_device(options.device)
+        weights = SafetensorsWeights(directory, info.dims, device)
+        return cls(weights, info.dims, state_dim=info.state_dim, action_dim=info.action_dim,
+                   num_cameras=len(info.camera_names), options=options,
+                   state_stats=info.state_stats, action_stats=info.action_stats,
+                   tokenizer=tokenizer)
+
+    def _allocate(self) -> None:
+        """Every buffer inference touches, sized for max_batch and the largest frame."""
+        d, o, dev = self.dims, self.options, self.device
+        max_b, cams = o.max_batch, self.num_cameras
+        frame_bytes = o.max_frame_height * o.max_frame_width * 3
+        pin = self._is_cuda
+        self._host_frames = torch.zeros(max_b * cams, frame_bytes, dtype=torch.uint8,
+                                        pin_memory=pin)
+        self._device_frames = (torch.zeros_like(self._host_frames, device=dev) if pin
+                               else self._host_frames)
+        self._resizer = FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev)
+        self._pixels = torch.zeros(max_b * cams, 3, d.image_size, d.image_size, device=dev)
+        self._vision_out = torch.zeros(max_b * cams, d.tokens_per_image, d.prefix_width,
+                                       dtype=self.dtype, device=dev)
+        self._prefix_embeds = torch.zeros(max_b, self._prefix_length, d.prefix_width,
+                                          dtype=self.dtype, device=dev)
+        self._host_tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64,
+                                        pin_memory=pin)
+        self._host_token_mask = torch.ones(max_b, d.tokenizer_max_length, dtype=torch.bool,
+                                           pin_memory=pin)
+        self._host_prefix_valid = torch.full((max_b,), self._prefix_length, dtype=torch.int64,
+                                             pin_memory=pin)
+        self._tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64, device=dev)
+        self._key_mask = torch.ones(max_b, 1, 1, self._prefix_length, dtype=torch.bool,
+                                    device=dev)
+        self._prefix_valid = torch.full((max_b,), self._prefix_length, dtype=torch.int64,
+                                        device=dev)
+        self._host_state = torch.zeros(max_b, d.max_state_dim, dtype=torch.float32,
+                                       pin_memory=pin)
+        self._state = torch.zeros(max_b, d.max_state_dim, device=dev)
+        self._host_noise = torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=pin)
+        self._noise = torch.zeros(max_b, d.chunk_size, d.max_action_dim, device=dev)
+        cache_shape = (d.expert_depth, max_b, d.num_kv_heads,
+                       self._prefix_length + d.chunk_size + 1, d.head_dim)
+        self._cache_k = torch.zeros(cache_shape, dtype=self.dtype, device=dev)
+        self._cache_v = torch.zeros(cache_shape, dtype=self.dtype, device=dev)
+        self._chunk = torch.zeros(max_b, d.chunk_size, d.max_action_dim, device=dev)
+        self._host_chunk = (torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=True)
+                            if pin else self._chunk)
+        self._generator = torch.Generator(device=dev)
+        self._generator.manual_seed(o.seed)
+        if self._is_cuda:
+            self._events = {name: torch.cuda.Event(enable_timing=True)
+                            for name in ('start', 'preprocess', 'vision', 'prefix', 'denoise')}
+
+    def buffer_pointers(self) -> dict:
+        """data_ptr of every preallocated buffer (stable across calls; for tests)."""
+        names = [name for name, value in vars(self).items() if isinstance(value, torch.Tensor)]
+        pointers = {name: getattr(self, name).data_ptr() for name in names}
+        for index, tensor in enumerate(self._resizer.buffers()):
+            pointers[f'_resizer.{index}'] = tensor.data_ptr()
+        return pointers
+
+    # ----------------------------------------------------------------------------------------
+    # Stage bodies (each writes only into preallocated buffers: safe to capture as graphs)
+    def _vision_stage(self, count: int) -> None:
+        vision_forward(self.weights, self.dims, self._pixels[:count], self._vision_out[:count])
+
+    def _prefix_stage(self, batch: int) -> None:
+        prefix_forward(self.weights, self.dims, self._prefix_embeds[:batch],
+                       self._key_mask[:batch], self._cache_k, self._cache_v)
+
+    def _denoise_stage(self, batch: int) -> None:
+        denoise_forward(self.weights, self.dims, self._noise[:batch], self._state[:batch],
+                        self._prefix_valid[:batch], self._key_mask[:batch], self._cache_k,
+                        self._cache_v, self._chunk[:batch])
+
+    def _stage_function(self, stage: str, size: int):
+        body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
+                'denoise': self._denoise_stage}[stage]
+        return lambda: body(size)
+
+    def _run_stage(self, stage: str, size: int) -> None:
+        if not self._use_graphs:
+            self._stage_function(stage, size)()
+            return
+        graph = self._graphs.get((stage, size))
+        if graph is None:
+            graph = self._capture(stage, size)
+        graph.replay()
+
+    def _capture(self, stage: str, size: int):
+        """Warm up on a side stream, then capture one stage for one static size."""
+        function = self._stage_function(stage, size)
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                function()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            function()
+        self._graphs[(stage, size)] = graph
+        self._graph_thread = threading.get_ident()
+        return graph
+
+    # ----------------------------------------------------------------------------------------
+    # Public API
+    @property
+    def stats(self) -> dict:
+        """Cache hit counters and the number of inference calls so far."""
+        return dict(self._stats)
+
+    def warmup(self) -> None:
+        """Run every batch bucket once (captures CUDA graphs on GPU; call from the infer thread)."""
+        self._check_open()
+        with self._lock, torch.inference_mode():
+            for bucket in self._buckets:
+                for count in range(1, bucket * self.num_cameras + 1) if self._use_graphs \
+                        else [bucket * self.num_cameras]:
+                    if ('vision', count) not in self._graphs:
+                        self._warm_stage('vision', count)
+                for stage in ('prefix', 'denoise'):
+                    self._warm_stage(stage, bucket)
+            if self._is_cuda:
+                torch.cuda.synchronize(self.device)
+
+    def _warm_stage(self, stage: str, size: int) -> None:
+        if self._use_graphs:
+            if (stage, size) not in self._graphs:
+                self._capture(stage, size)
+        else:
+            self._stage_function(stage, size)()
+
+    def infer(self, frames, state, instruction, frame_keys=None, noise=None) -> InferenceResult:
+        """One observation -> InferenceResult (actions [chunk_size, action_dim] float32)."""
+        return self._infer([(frames, state, instruction, frame_keys)], [noise])[0]
+
+    def infer_batch(self, observations) -> list:
+        """Several observations (frames, state, instruction, frame_keys) in one pass."""
+        observations = list(observations)
+        if not observations:
+            raise InputError('infer_batch needs at least one observation')
+        if len(observations) > self.options.max_batch:
+            raise InputError(f'{len(observations)} observations exceed max_batch '
+                             f'{self.options.max_batch}')
+        for index, observation in enumerate(observations):
+            if not isinstance(observation, (tuple, list)) or len(observation) not in (3, 4):
+                raise InputError(f'observation {index} must be (frames, state, instruction'
+                                 '[, frame_keys])')
+        observations = [tuple(o) if len(o) == 4 else (*o, None) for o in observations]
+        return self._infer(observations, [None] * len(observations))
+
+    def close(self) -> None:
+        """Free weights, buffers and graphs (GPU memory is returned to the allocator)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._graphs.clear()
+            self._graph_pool = None
+            for name in [n for n, v in vars(self).items() if isinstance(v, torch.Tensor)]:
+                setattr(self, name, None)
+            self.weights = None
+            self._resizer = None
+            if self._is_cuda:
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+
+    # ----------------------------------------------------------------------------------------
+    # Validation
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError('engine is closed')
+
+    def _validate(self, index: int, frames, state, instruction, frame_keys, noise) -> tuple:
+        where = f'observation {index}: ' if index else ''
+        if isinstance(frames, np.ndarray) or not hasattr(frames, '__len__'):
+            raise InputError(f'{where}frames must be a sequence of {self.num_cameras} arrays')
+        if len(frames) != self.num_cameras:
+            raise InputError(f'{where}expected {self.num_cameras} camera frames, '
+                             f'got {len(frames)}')
+        o = self.options
+        for cam, frame in enumerate(frames):
+            if not isinstance(frame, np.ndarray):
+                raise InputError(f'{where}frame {cam} must be a numpy array, '
+                                 f'got {type(frame).__name__}')
+            if frame.dtype != np.uint8:
+                raise InputError(f'{where}frame {cam} must be uint8, got {frame.dtype}')
+            if frame.ndim != 3 or frame.shape[2] != 3:
+                raise InputError(f'{where}frame {cam} must be HxWx3 RGB, got {frame.shape}')
+            if frame.shape[0] < 1 or frame.shape[1] < 1:
+                raise InputError(f'{where}frame {cam} is empty: {frame.shape}')
+            if frame.shape[0] > o.max_frame_height or frame.shape[1] > o.max_frame_width:
+                raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}, '
+                                 f'larger than the maximum {o.max_frame_width}x'
+                                 f'{o.max_frame_height}')
+        try:
+            state = np.asarray(state, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise InputError(f'{where}state is not numeric: {error}') from error
+        if state.shape != (self.state_dim,):
+            raise InputError(f'{where}state must have shape ({self.state_dim},), '
+                             f'got {state.shape}')
+        if not np.isfinite(state).all():
+            raise InputError(f'{where}state holds non-finite values')
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise InputError(f'{where}instruction must be a non-empty string')
+        if frame_keys is not None:
+            if isinstance(frame_keys, (str, bytes)) or not hasattr(frame_keys, '__len__') \
+                    or len(frame_keys) != self.num_cameras:
+                raise InputError(f'{where}frame_keys must be None or a sequence of '
+                                 f'{self.num_cameras} keys')
+            try:
+                for key in frame_keys:
+                    hash(key)
+            except TypeError as error:
+                raise InputError(f'{where}frame keys must be hashable: {error}') from error
+        if noise is not None:
+            if isinstance(noise, torch.Tensor):
+                noise = noise.detach().to('cpu', torch.float32).numpy()
+            noise = np.asarray(noise, dtype=np.float32)
+            expected = (self.chunk_size, self.dims.max_action_dim)
+            if noise.shape != expected:
+                raise InputError(f'{where}noise must have shape {expected}, got {noise.shape}')
+            if not np.isfinite(noise).all():
+                raise InputError(f'{where}noise holds non-finite values')
+        return frames, state, instruction, frame_keys, noise
+
+    # ----------------------------------------------------------------------------------------
+    # Inference
+    def _infer(self, observations: list, noises: list) -> list:
+        self._check_open()
+        call_start = time.perf_counter()
+        checked = [self._validate(i, *obs, noise)
+                   for i, (obs, noise) in enumerate(zip(observations, noises))]
+        with self._lock, torch.inference_mode():
+            self._check_open()
+            return self._infer_locked(checked, call_start)
+
+    def _infer_locked(self, checked: list, call_start: float) -> list:
+        d = self.dims
+        batch = len(checked)
+        bucket = next(b for b in self._buckets if b >= batch)
+        cuda = self._is_cuda
+        if cuda:
+            self._events['start'].record()
+        tokens_per_image = d.tokens_per_image
+        # Language: tokenize + embed only when a slot's instruction changed.
+        for slot, (_, _, instruction, _, _) in enumerate(checked):
+            if self._slot_instructions[slot] == instruction:
+                self._stats['language_cache_hits'] += 1
+                continue
+            self._slot_instructions[slot] = None
+            ids, mask = tokenize_prompt(self._tokenizer, instruction, d.tokenizer_max_length)
+            if ids.max(initial=0) >= d.vocab_size or ids.min(initial=0) < 0:
+                raise InputError(f'tokenizer produced ids outside the vocabulary '
+                                 f'(0..{d.vocab_size - 1})')
+            self._host_tokens[slot].numpy()[:] = ids
+            self._host_token_mask[slot].numpy()[:] = mask
+            self._host_prefix_valid.numpy()[slot] = self._image_tokens + int(mask.sum())
+            self._tokens[slot].copy_(self._host_tokens[slot], non_blocking=True)
+            self._key_mask[slot, 0, 0, self._image_tokens:].copy_(self._host_token_mask[slot],
+                                                                   non_blocking=True)
+            self._prefix_valid[slot].copy_(self._host_prefix_valid[slot], non_blocking=True)
+            language = self._prefix_embeds[slot, self._image_tokens:]
+            torch.index_select(self.weights.embed_tokens, 0, self._tokens[slot], out=language)
+            language.mul_(self.weights.embed_scale)
+            self._slot_instructions[slot] = instruction
+        # State (normalized on the host in float32, as LeRobot's normalizer computes it).
+        host_state = self._host_state.numpy()
+        for slot, (_, state, _, _, noise) in enumerate(checked):
+            host_state[slot, :self.state_dim] = (state - self._state_stats.mean) \
+                / self._state_denominator
+            host_state[slot, self.state_dim:] = 0.0
+        self._state[:batch].copy_(self._host_state[:batch], non_blocking=True)
+        # Noise: given per observation, or drawn from the engine's generator.
+        if any(noise is None for *_, noise in checked):
+            torch.randn(self._noise[:bucket].shape, generator=self._generator,
+                        out=self._noise[:bucket])
+        for slot, (*_, noise) in enumerate(checked):
+            if noise is not None:
+                self._host_noise[slot].numpy()[:] = noise
+                self._noise[slot].copy_(self._host_noise[slot], non_blocking=True)
+        # Frames: only cameras whose key changed are copied, resized and encoded.
+        pending = []
+        hits = [0] * batch
+        for slot, (frames, _, _, keys, _) in enumerate(checked):
+            for cam in range(self.num_cameras):
+                key = None if keys is None else keys[cam]
+                if key is not None and self._slot_frame_keys[slot][cam] == key:
+                    hits[slot] += 1
+                    continue
+                self._slot_frame_keys[slot][cam] = None
+                pending.append((slot, cam, key, frames[cam]))
+        host_frames = self._host_frames.numpy()
+        for index, (_, _, _, frame) in enumerate(pending):
+            height, width = frame.shape[0], frame.shape[1]
+            size = height * width * 3
+            np.copyto(host_frames[index, :size].reshape(height, width, 3), frame)
+            if cuda:
+                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
+                                                        non_blocking=True)
+            self._resizer.resize_into(self._device_frames[index, :size].view(height, width, 3),
+                                      self._pixels[index])
+        if pending:
+            scale_to_signed_unit(self._pixels[:len(pending)])
+        marks = {'preprocess': time.perf_counter()}
+        if cuda:
+            self._events['preprocess'].record()
+        if pending:
+            self._run_stage('vision', len(pending))
+            for index, (slot, cam, _, _) in enumerate(pending):
+                start = cam * tokens_per_image
+                self._prefix_embeds[slot, start:start + tokens_per_image].copy_(
+                    self._vision_out[index])
+        marks['vision'] = time.perf_counter()
+        if cuda:
+            self._events['vision'].record()
+        self._run_stage('prefix', bucket)
+        marks['prefix'] = time.perf_counter()
+        if cuda:
+            self._events['prefix'].record()
+        self._run_stage('denoise', bucket)
+        marks['denoise'] = time.perf_counter()
+        if cuda:
+            self._events['denoise'].record()
+            self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
+            self._events['denoise'].synchronize()
+            torch.cuda.current_stream(self.device).synchronize()
+        for slot, cam, key, _ in pending:
+            self._slot_frame_keys[slot][cam] = key
+        chunk = self._host_chunk[:batch].numpy()
+        if not np.isfinite(chunk).all():
+            raise NonFiniteOutputError(f'the action chunk holds non-finite values '
+                                       f'(precision {self.dtype}); no actions returned')
+        actions = chunk[:, :, :self.action_dim] * self._action_stats.std \
+            + self._action_stats.mean
+        if not np.isfinite(actions).all():
+            raise NonFiniteOutputError('unnormalized actions overflowed; no actions returned')
+        total = (time.perf_counter() - call_start) * 1e3
+        if cuda:
+            events = self._events
+            timings = {'preprocess': events['start'].elapsed_time(events['preprocess']),
+                       'vision': events['preprocess'].elapsed_time(events['vision']),
+                       'prefix': events['vision'].elapsed_time(events['prefix']),
+                       'denoise': events['prefix'].elapsed_time(events['denoise'])}
+        else:
+            timings = {'preprocess': (marks['preprocess'] - call_start) * 1e3,
+                       'vision': (marks['vision'] - marks['preprocess']) * 1e3,
+                       'prefix': (marks['prefix'] - marks['vision']) * 1e3,
+                       'denoise': (marks['denoise'] - marks['prefix']) * 1e3}
+        timings['total'] = total
+        self._stats['calls'] += 1
+        self._stats['vision_cache_hits'] += sum(hits)
+        return [InferenceResult(actions=np.array(actions[slot], dtype=np.float32),
+                                timings_ms=dict(timings), vision_cache_hits=hits[slot])
+                for slot in range(batch)]
+
+
+__all__ = ['Pi0Engine', 'batch_buckets', 'resolve_device', 'resolve_dtype']

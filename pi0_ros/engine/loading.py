@@ -1,0 +1,245 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Reading LeRobot pi0 checkpoint directories (config, weights, normalization stats)."""
+from dataclasses import dataclass, replace
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pi0_ros.engine.config import ModelDims
+from pi0_ros.engine.errors import CheckpointError
+from pi0_ros.engine.model import lerobot_parameter_shapes
+
+WEIGHTS_FILE = 'model.safetensors'
+CONFIG_FILE = 'config.json'
+PREPROCESSOR_FILE = 'policy_preprocessor.json'
+POSTPROCESSOR_FILE = 'policy_postprocessor.json'
+STATE_KEY = 'observation.state'
+ACTION_KEY = 'action'
+IMAGE_KEY_PREFIX = 'observation.images.'
+GEMMA_VARIANTS = {
+    'gemma_2b': dict(width=2048, depth=18, mlp_dim=16384, heads=8, head_dim=256),
+    'gemma_300m': dict(width=1024, depth=18, mlp_dim=4096, heads=8, head_dim=256),
+}
+# Key renames LeRobot applies when loading older (openpi-converted) checkpoints.
+KEY_ALIASES = {
+    'action_time_mlp_in.': 'time_mlp_in.',
+    'action_time_mlp_out.': 'time_mlp_out.',
+}
+
+
+@dataclass(frozen=True)
+class NormStats:
+    """MEAN_STD statistics of one feature: normalize (x - mean) / (std + eps), x * std + mean."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    eps: float
+
+    @classmethod
+    def identity(cls, size: int) -> 'NormStats':
+        """Statistics that leave values unchanged."""
+        return cls(np.zeros(size, np.float32), np.ones(size, np.float32), 0.0)
+
+
+@dataclass
+class CheckpointInfo:
+    """What a checkpoint directory says about the policy."""
+
+    dims: ModelDims
+    state_dim: int
+    action_dim: int
+    camera_names: list
+    state_stats: NormStats
+    action_stats: NormStats
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f'missing {path}: expected a LeRobot pi0 checkpoint file')
+    try:
+        with open(path, encoding='utf-8') as stream:
+            data = json.load(stream)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f'{path} is not valid JSON: {error}') from error
+    if not isinstance(data, dict):
+        raise CheckpointError(f'{path} must hold a JSON object, found {type(data).__name__}')
+    return data
+
+
+def _feature_size(config_path: Path, features: dict, key: str) -> int:
+    feature = features.get(key)
+    try:
+        shape = feature['shape']
+        if len(shape) != 1 or int(shape[0]) < 1:
+            raise ValueError
+        return int(shape[0])
+    except (TypeError, KeyError, ValueError) as error:
+        raise CheckpointError(f'{config_path}: feature {key!r} must have a shape [n] with n >= 1, '
+                              f'found {feature!r}') from error
+
+
+def dims_from_config(config_path: Path, config: dict, dims: ModelDims | None) -> ModelDims:
+    """ModelDims from config.json (variants, chunk, max dims, steps); dims overrides sizes."""
+    if config.get('type') not in (None, 'pi0'):
+        raise CheckpointError(f"{config_path}: type is {config.get('type')!r}, expected 'pi0' "
+                              '(pi0.5 and pi0-FAST are different models)')
+    if dims is None:
+        try:
+            prefix = GEMMA_VARIANTS[config.get('paligemma_variant', 'gemma_2b')]
+            expert = GEMMA_VARIANTS[config.get('action_expert_variant', 'gemma_300m')]
+        except KeyError as error:
+            raise CheckpointError(f'{config_path}: unknown gemma variant {error}; expected one of '
+                                  f'{sorted(GEMMA_VARIANTS)}') from error
+        dims = replace(ModelDims.full(), prefix_width=prefix['width'],
+                       prefix_depth=prefix['depth'], prefix_mlp_dim=prefix['mlp_dim'],
+                       prefix_heads=prefix['heads'], expert_width=expert['width'],
+                       expert_depth=expert['depth'], expert_mlp_dim=expert['mlp_dim'],
+                       expert_heads=expert['heads'], head_dim=prefix['head_dim'])
+    overrides = {}
+    for name, key in (('chunk_size', 'chunk_size'), ('max_state_dim', 'max_state_dim'),
+                      ('max_action_dim', 'max_action_dim'), ('num_steps', 'num_inference_steps'),
+                      ('tokenizer_max_length', 'tokenizer_max_length'),
+                      ('min_period', 'min_period'), ('max_period', 'max_period')):
+        if key in config:
+            value = config[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise CheckpointError(f'{config_path}: {key} must be a number, found {value!r}')
+            overrides[name] = type(getattr(dims, name))(value)
+    resolution = config.get('image_resolution', [dims.image_size, dims.image_size])
+    if (not isinstance(resolution, list) or len(resolution) != 2
+            or resolution[0] != resolution[1]):
+        raise CheckpointError(f'{config_path}: image_resolution must be [n, n], '
+                              f'found {resolution!r}')
+    overrides['image_size'] = int(resolution[0])
+    if config.get('empty_cameras', 0):
+        raise CheckpointError(f'{config_path}: empty_cameras > 0 is not supported')
+    if config.get('use_relative_actions', False):
+        raise CheckpointError(f'{config_path}: use_relative_actions is not supported')
+    try:
+        return replace(dims, **overrides)
+    except ValueError as error:
+        raise CheckpointError(f'{config_path}: inconsistent dimensions: {error}') from error
+
+
+def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: str,
+                feature_type: str, size: int) -> NormStats:
+    """MEAN_STD stats of one feature from a processor pipeline json + its safetensors file."""
+    path = directory / pipeline_file
+    pipeline = _read_json(path)
+    steps = pipeline.get('steps')
+    if not isinstance(steps, list):
+        raise CheckpointError(f'{path}: expected a list under "steps"')
+    step = next((s for s in steps if isinstance(s, dict)
+                 and s.get('registry_name') == step_name), None)
+    if step is None:
+        raise CheckpointError(f'{path}: no {step_name!r} step (expected the normalization step '
+                              'that LeRobot saves with the policy)')
+    step_config = step.get('config') or {}
+    mode = (step_config.get('norm_map') or {}).get(feature_type, 'IDENTITY')
+    if mode == 'IDENTITY':
+        return NormStats.identity(size)
+    if mode != 'MEAN_STD':
+        raise CheckpointError(f'{path}: {feature_type} normalization {mode!r} is not supported '
+                              '(expected MEAN_STD or IDENTITY)')
+    state_file = step.get('state_file')
+    if not isinstance(state_file, str):
+        raise CheckpointError(f'{path}: step {step_name!r} names no state_file')
+    stats_path = directory / state_file
+    if not stats_path.is_file():
+        raise CheckpointError(f'missing {stats_path}: expected the {step_name} statistics')
+    try:
+        from safetensors.numpy import load_file
+        tensors = load_file(str(stats_path))
+    except Exception as error:  # noqa: B902 - a corrupt file can raise many types
+        raise CheckpointError(f'{stats_path} is not a valid safetensors file: {error}') from error
+    mean_key, std_key = f'{feature}.mean', f'{feature}.std'
+    if mean_key not in tensors and std_key not in tensors:
+        return NormStats.identity(size)  # LeRobot leaves features without stats unchanged
+    values = []
+    for key in (mean_key, std_key):
+        if key not in tensors:
+            raise CheckpointError(f'{stats_path}: missing {key!r}')
+        array = np.asarray(tensors[key], dtype=np.float32).reshape(-1)
+        if array.shape != (size,):
+            raise CheckpointError(f'{stats_path}: {key!r} has shape {array.shape}, expected '
+                                  f'({size},)')
+        if not np.isfinite(array).all():
+            raise CheckpointError(f'{stats_path}: {key!r} holds non-finite values')
+        values.append(array)
+    eps = step_config.get('eps', 1e-8)
+    if not isinstance(eps, (int, float)):
+        raise CheckpointError(f'{path}: eps must be a number, found {eps!r}')
+    return NormStats(values[0], values[1], float(eps))
+
+
+def read_checkpoint_info(directory: Path, dims: ModelDims | None) -> CheckpointInfo:
+    """Parse config.json and the processor files of a LeRobot pi0 checkpoint."""
+    config_path = directory / CONFIG_FILE
+    config = _read_json(config_path)
+    model_dims = dims_from_config(config_path, config, dims)
+    inputs = config.get('input_features') or {}
+    outputs = config.get('output_features') or {}
+    if not isinstance(inputs, dict) or not isinstance(outputs, dict):
+        raise CheckpointError(f'{config_path}: input_features/output_features must be objects')
+    cameras = [key for key, value in inputs.items() if key.startswith(IMAGE_KEY_PREFIX)
+               or (isinstance(value, dict) and value.get('type') == 'VISUAL')]
+    if not cameras:
+        raise CheckpointError(f'{config_path}: input_features lists no VISUAL feature')
+    state_dim = _feature_size(config_path, inputs, STATE_KEY)
+    action_dim = _feature_size(config_path, outputs, ACTION_KEY)
+    if state_dim > model_dims.max_state_dim or action_dim > model_dims.max_action_dim:
+        raise CheckpointError(f'{config_path}: state/action dims {state_dim}/{action_dim} exceed '
+                              f'max_state_dim/max_action_dim {model_dims.max_state_dim}/'
+                              f'{model_dims.max_action_dim}')
+    state_stats = _norm_stats(directory, PREPROCESSOR_FILE, 'normalizer_processor', STATE_KEY,
+                              'STATE', state_dim)
+    action_stats = _norm_stats(directory, POSTPROCESSOR_FILE, 'unnormalizer_processor',
+                               ACTION_KEY, 'ACTION', action_dim)
+    return CheckpointInfo(model_dims, state_dim, action_dim, cameras, state_stats, action_stats)
+
+
+class SafetensorsWeights:
+    """Lazy reader of LeRobot-named tensors from model.safetensors, with shape checks."""
+
+    def __init__(self, directory: Path, dims: ModelDims, device: torch.device):
+        self.path = directory / WEIGHTS_FILE
+        if not self.path.is_file():
+            raise CheckpointError(f'missing {self.path}: expected the policy weights '
+                                  '(LeRobot save_pretrained writes model.safetensors)')
+        try:
+            from safetensors import safe_open
+            self._file = safe_open(str(self.path), framework='pt', device=str(device))
+            self._keys = set(self._file.keys())
+        except Exception as error:  # noqa: B902 - a corrupt file can raise many types
+            raise CheckpointError(f'{self.path} is not a valid safetensors file: {error}') \
+                from error
+        self._shapes = lerobot_parameter_shapes(dims)
+        for key in self._shapes:
+            found = self._resolve(key)
+            shape = tuple(self._file.get_slice(found).get_shape())
+            if shape != self._shapes[key]:
+                raise CheckpointError(f'{self.path}: {found} has shape {shape}, expected '
+                                      f'{self._shapes[key]} (check the model dimensions)')
+
+    def _resolve(self, key: str) -> str:
+        candidates = [f'model.{key}', key]
+        for new, old in KEY_ALIASES.items():
+            if key.startswith(new):
+                old_key = old + key[len(new):]
+                candidates += [f'model.{old_key}', old_key]
+        if key.endswith('language_model.embed_tokens.weight'):
+            # PaliGemma ties the input embedding to the LM head; some files keep only the head.
+            candidates += ['model.paligemma_with_expert.paligemma.lm_head.weight',
+                           'paligemma_with_expert.paligemma.lm_head.weight']
+        for candidate in candidates:
+            if candidate in self._keys:
+                return candidate
+        raise CheckpointError(f'{self.path}: missing tensor {candidates[0]!r} '
+                              f'(expected shape {self._shapes[key]})')
+
+    def __call__(self, key: str) -> torch.Tensor:
+        """The tensor LeRobot names ``key`` (without the 'model.' prefix)."""
+        return self._file.get_tensor(self._resolve(key))

@@ -1,0 +1,395 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Pi0 forward passes over fused weights: SigLIP tower, Gemma prefix, action expert.
+
+Numerics follow LeRobot 0.6.1's ``lerobot.policies.pi0`` (RMSNorm ``x * rsqrt(mean(x^2) + eps)
+* (1 + w)``, tanh GELU, rotate-half RoPE, prefix-LM masking, Euler integration from t=1 to t=0).
+Fusions that keep the function unchanged: Q/K/V and gate/up projections are concatenated, norm
+scales (and LayerNorm biases) are folded into the projection that follows them, the action input
+projection is folded into the action-time MLP, and the time embedding of each Euler step is
+precomputed. In half precision the residual stream, every norm, RoPE, softmax and the small
+action-side projections stay in float32; only the large matrix products run in half precision.
+"""
+from dataclasses import dataclass
+import math
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from pi0_ros.engine.config import ModelDims
+
+
+@dataclass
+class VisionLayer:
+    """One SigLIP encoder layer; LayerNorm affine parameters folded into qkv / fc1."""
+
+    qkv_w: torch.Tensor
+    qkv_b: torch.Tensor
+    out_w: torch.Tensor
+    out_b: torch.Tensor
+    fc1_w: torch.Tensor
+    fc1_b: torch.Tensor
+    fc2_w: torch.Tensor
+    fc2_b: torch.Tensor
+
+
+@dataclass
+class GemmaLayer:
+    """One Gemma decoder layer; RMSNorm scales folded into qkv / gate_up (o/mlp None if unused)."""
+
+    qkv_w: torch.Tensor
+    out_w: torch.Tensor | None
+    gate_up_w: torch.Tensor | None
+    down_w: torch.Tensor | None
+
+
+@dataclass
+class Pi0Weights:
+    """All tensors the forward passes need, already fused, on one device."""
+
+    patch_w: torch.Tensor
+    patch_b: torch.Tensor
+    vision_pos: torch.Tensor
+    vision_layers: list
+    projector_w: torch.Tensor
+    projector_b: torch.Tensor
+    embed_tokens: torch.Tensor
+    embed_scale: float
+    prefix_layers: list
+    expert_layers: list
+    state_w: torch.Tensor
+    state_b: torch.Tensor
+    action_time_w: torch.Tensor
+    step_bias: torch.Tensor
+    action_mlp_out_w: torch.Tensor
+    action_mlp_out_b: torch.Tensor
+    action_out_w: torch.Tensor
+    action_out_b: torch.Tensor
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
+    def tensors(self):
+        """Every tensor held (for memory accounting and tests)."""
+        found = []
+        for value in vars(self).values():
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif isinstance(value, list):
+                for layer in value:
+                    found.extend(t for t in vars(layer).values() if isinstance(t, torch.Tensor))
+        return found
+
+
+VISION_PREFIX = 'paligemma_with_expert.paligemma.model.vision_tower.vision_model.'
+PROJECTOR_PREFIX = 'paligemma_with_expert.paligemma.model.multi_modal_projector.linear.'
+LANGUAGE_PREFIX = 'paligemma_with_expert.paligemma.model.language_model.'
+EXPERT_PREFIX = 'paligemma_with_expert.gemma_expert.model.'
+
+
+def lerobot_parameter_shapes(dims: ModelDims) -> dict:
+    """Shapes of every LeRobot PI0Pytorch parameter the engine uses (keys without 'model.')."""
+    d = dims
+    shapes = {}
+    v = VISION_PREFIX
+    shapes[v + 'embeddings.patch_embedding.weight'] = (d.vision_width, 3, d.patch_size,
+                                                       d.patch_size)
+    shapes[v + 'embeddings.patch_embedding.bias'] = (d.vision_width,)
+    shapes[v + 'embeddings.position_embedding.weight'] = (d.tokens_per_image, d.vision_width)
+    for i in range(d.vision_depth):
+        p = f'{v}encoder.layers.{i}.'
+        for name in ('q_proj', 'k_proj', 'v_proj', 'out_proj'):
+            shapes[f'{p}self_attn.{name}.weight'] = (d.vision_width, d.vision_width)
+            shapes[f'{p}self_attn.{name}.bias'] = (d.vision_width,)
+        for name in ('layer_norm1', 'layer_norm2'):
+            shapes[f'{p}{name}.weight'] = (d.vision_width,)
+            shapes[f'{p}{name}.bias'] = (d.vision_width,)
+        shapes[f'{p}mlp.fc1.weight'] = (d.vision_mlp_dim, d.vision_width)
+        shapes[f'{p}mlp.fc1.bias'] = (d.vision_mlp_dim,)
+        shapes[f'{p}mlp.fc2.weight'] = (d.vision_width, d.vision_mlp_dim)
+        shapes[f'{p}mlp.fc2.bias'] = (d.vision_width,)
+    shapes[v + 'post_layernorm.weight'] = (d.vision_width,)
+    shapes[v + 'post_layernorm.bias'] = (d.vision_width,)
+    shapes[PROJECTOR_PREFIX + 'weight'] = (d.prefix_width, d.vision_width)
+    shapes[PROJECTOR_PREFIX + 'bias'] = (d.prefix_width,)
+    shapes[LANGUAGE_PREFIX + 'embed_tokens.weight'] = (d.vocab_size, d.prefix_width)
+    for prefix, width, mlp, heads in ((LANGUAGE_PREFIX, d.prefix_width, d.prefix_mlp_dim,
+                                       d.prefix_heads),
+                                      (EXPERT_PREFIX, d.expert_width, d.expert_mlp_dim,
+                                       d.expert_heads)):
+        for i in range(d.prefix_depth):
+            p = f'{prefix}layers.{i}.'
+            shapes[p + 'self_attn.q_proj.weight'] = (heads * d.head_dim, width)
+            shapes[p + 'self_attn.k_proj.weight'] = (d.num_kv_heads * d.head_dim, width)
+            shapes[p + 'self_attn.v_proj.weight'] = (d.num_kv_heads * d.head_dim, width)
+            shapes[p + 'self_attn.o_proj.weight'] = (width, heads * d.head_dim)
+            shapes[p + 'mlp.gate_proj.weight'] = (mlp, width)
+            shapes[p + 'mlp.up_proj.weight'] = (mlp, width)
+            shapes[p + 'mlp.down_proj.weight'] = (width, mlp)
+            shapes[p + 'input_layernorm.weight'] = (width,)
+            shapes[p + 'post_attention_layernorm.weight'] = (width,)
+        shapes[prefix + 'norm.weight'] = (width,)
+    we = d.expert_width
+    shapes['state_proj.weight'] = (we, d.max_state_dim)
+    shapes['state_proj.bias'] = (we,)
+    shapes['action_in_proj.weight'] = (we, d.max_action_dim)
+    shapes['action_in_proj.bias'] = (we,)
+    shapes['action_time_mlp_in.weight'] = (we, 2 * we)
+    shapes['action_time_mlp_in.bias'] = (we,)
+    shapes['action_time_mlp_out.weight'] = (we, we)
+    shapes['action_time_mlp_out.bias'] = (we,)
+    shapes['action_out_proj.weight'] = (d.max_action_dim, we)
+    shapes['action_out_proj.bias'] = (d.max_action_dim,)
+    return shapes
+
+
+def sinusoidal_time_embedding(time: torch.Tensor, dim: int, min_period: float,
+                              max_period: float) -> torch.Tensor:
+    """Sine-cosine embedding of scalar times, computed in float64 like openpi/LeRobot."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64)
+    period = min_period * (max_period / min_period) ** fraction
+    angle = (1.0 / period * 2 * math.pi)[None, :] * time[:, None]
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+
+
+def euler_times(num_steps: int) -> list:
+    """Times t of the Euler steps (1 -> 0) as float32 values, and the step dt."""
+    dt = -1.0 / num_steps
+    return [float(torch.tensor(1.0 + step * dt, dtype=torch.float32)) for step in
+            range(num_steps)], dt
+
+
+def rope_tables(dims: ModelDims, length: int, device) -> tuple:
+    """cos/sin tables [length, head_dim] (float32) for positions 0..length-1 (HF Gemma RoPE)."""
+    hd = dims.head_dim
+    inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float()
+                                          / hd))
+    angle = torch.arange(length, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    return angle.cos().to(device), angle.sin().to(device)
+
+
+def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
+                  prefix_length: int) -> Pi0Weights:
+    """Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
+
+    Fusion runs in float32 (float64 for the tiny action-side products) and casts once.
+    """
+    f32 = torch.float32
+
+    def g(key):
+        return get(key).to(device=device, dtype=f32)
+
+    def cast(t):
+        return t.to(dtype).contiguous()
+
+    d = dims
+    v = VISION_PREFIX
+    vision_layers = []
+    for i in range(d.vision_depth):
+        p = f'{v}encoder.layers.{i}.'
+        ln1_w, ln1_b = g(p + 'layer_norm1.weight'), g(p + 'layer_norm1.bias')
+        qkv_w = torch.cat([g(f'{p}self_attn.{n}_proj.weight') for n in 'qkv'])
+        qkv_b = torch.cat([g(f'{p}self_attn.{n}_proj.bias') for n in 'qkv'])
+        ln2_w, ln2_b = g(p + 'layer_norm2.weight'), g(p + 'layer_norm2.bias')
+        fc1_w, fc1_b = g(p + 'mlp.fc1.weight'), g(p + 'mlp.fc1.bias')
+        vision_layers.append(VisionLayer(
+            qkv_w=cast(qkv_w * ln1_w[None, :]), qkv_b=cast(qkv_b + qkv_w @ ln1_b),
+            out_w=cast(g(p + 'self_attn.out_proj.weight')),
+            out_b=cast(g(p + 'self_attn.out_proj.bias')),
+            fc1_w=cast(fc1_w * ln2_w[None, :]), fc1_b=cast(fc1_b + fc1_w @ ln2_b),
+            fc2_w=cast(g(p + 'mlp.fc2.weight')), fc2_b=cast(g(p + 'mlp.fc2.bias'))))
+    post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
+    proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
+
+    def gemma_layers(prefix, keep_last_full):
+        layers = []
+        for i in range(d.prefix_depth):
+            p = f'{prefix}layers.{i}.'
+            in_scale = 1.0 + g(p + 'input_layernorm.weight')
+            last_kv_only = (i == d.prefix_depth - 1) and not keep_last_full
+            names = 'kv' if last_kv_only else 'qkv'
+            qkv_w = torch.cat([g(f'{p}self_attn.{n}_proj.weight') for n in names])
+            if last_kv_only:
+                # The prefix output of the last layer is never used: only its K/V matter.
+                layers.append(GemmaLayer(cast(qkv_w * in_scale[None, :]), None, None, None))
+                continue
+            post_scale = 1.0 + g(p + 'post_attention_layernorm.weight')
+            gate_up = torch.cat([g(p + 'mlp.gate_proj.weight'), g(p + 'mlp.up_proj.weight')])
+            layers.append(GemmaLayer(
+                qkv_w=cast(qkv_w * in_scale[None, :]),
+                out_w=cast(g(p + 'self_attn.o_proj.weight')),
+                gate_up_w=cast(gate_up * post_scale[None, :]),
+                down_w=cast(g(p + 'mlp.down_proj.weight'))))
+        return layers
+
+    prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False)
+    expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True)
+
+    # Action side (float32, tiny): fold action_in_proj into the action half of action_time_mlp_in
+    # and precompute the time half (+ biases) for each Euler step.
+    f64 = torch.float64
+    we = d.expert_width
+    in_w = get('action_time_mlp_in.weight').to(device=device, dtype=f64)
+    in_b = get('action_time_mlp_in.bias').to(device=device, dtype=f64)
+    act_w = get('action_in_proj.weight').to(device=device, dtype=f64)
+    act_b = get('action_in_proj.bias').to(device=device, dtype=f64)
+    times, _ = euler_times(d.num_steps)
+    time_emb = sinusoidal_time_embedding(torch.tensor(times, dtype=f32), we, d.min_period,
+                                         d.max_period).to(f32).to(device=device, dtype=f64)
+    step_bias = time_emb @ in_w[:, we:].T + (in_w[:, :we] @ act_b + in_b)[None, :]
+    out_scale = 1.0 + g(EXPERT_PREFIX + 'norm.weight')
+    rope_cos, rope_sin = rope_tables(d, prefix_length + d.chunk_size + 1, device)
+    embed = g(LANGUAGE_PREFIX + 'embed_tokens.weight')
+    return Pi0Weights(
+        patch_w=cast(g(v + 'embeddings.patch_embedding.weight')),
+        patch_b=cast(g(v + 'embeddings.patch_embedding.bias')),
+        vision_pos=g(v + 'embeddings.position_embedding.weight').contiguous(),
+        vision_layers=vision_layers,
+        projector_w=cast(proj_w * post_w[None, :]), projector_b=cast(proj_b + proj_w @ post_b),
+        embed_tokens=cast(embed),
+        embed_scale=float(torch.tensor(d.prefix_width ** 0.5, dtype=f32).to(dtype)),
+        prefix_layers=prefix_layers, expert_layers=expert_layers,
+        state_w=g('state_proj.weight').contiguous(), state_b=g('state_proj.bias').contiguous(),
+        action_time_w=(in_w[:, :we] @ act_w).to(f32).contiguous(),
+        step_bias=step_bias.to(f32).contiguous(),
+        action_mlp_out_w=g('action_time_mlp_out.weight').contiguous(),
+        action_mlp_out_b=g('action_time_mlp_out.bias').contiguous(),
+        action_out_w=(g('action_out_proj.weight') * out_scale[None, :]).contiguous(),
+        action_out_b=g('action_out_proj.bias').contiguous(),
+        rope_cos=rope_cos, rope_sin=rope_sin)
+
+
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS normalization (scale folded elsewhere), float32 in and out."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE in float32; x [..., hd], cos/sin broadcastable [..., hd]."""
+    x = x.float()
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[..., :half], sin[..., :half]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def _gelu_product(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    if gate_up.dtype == torch.float16:
+        # fp16 has little headroom: form the product in float32 before the down projection.
+        return (F.gelu(gate.float(), approximate='tanh') * up.float()).to(torch.float16)
+    return F.gelu(gate, approximate='tanh') * up
+
+
+def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
+                   out: torch.Tensor) -> None:
+    """SigLIP tower + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,prefix_width]."""
+    dtype = w.patch_w.dtype
+    k = pixels.shape[0]
+    width, heads = dims.vision_width, dims.vision_heads
+    x = F.conv2d(pixels.to(dtype), w.patch_w, w.patch_b, stride=dims.patch_size)
+    x = x.flatten(2).transpose(1, 2).float() + w.vision_pos
+    n = x.shape[1]
+    for layer in w.vision_layers:
+        h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
+        qkv = F.linear(h, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
+        q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k, n, width)
+        x = x + F.linear(a, layer.out_w, layer.out_b).float()
+        h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
+        h = F.gelu(F.linear(h, layer.fc1_w, layer.fc1_b), approximate='tanh')
+        x = x + F.linear(h, layer.fc2_w, layer.fc2_b).float()
+    h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
+    out.copy_(F.linear(h, w.projector_w, w.projector_b))
+
+
+def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
+                   key_mask: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
+    """Gemma prefix over [images, language]: fills cache_k/v[:, :b, :, :P] (post-RoPE keys).
+
+    embeds [b,P,W] compute dtype; key_mask [b,1,1,P] bool (True = real token). Every token
+    attends to every real token (prefix-LM: the prefix block is bidirectional).
+    """
+    dtype = w.embed_tokens.dtype
+    b, length, _ = embeds.shape
+    hd, heads = dims.head_dim, dims.prefix_heads
+    cos, sin = w.rope_cos[:length, None, :], w.rope_sin[:length, None, :]
+    x = embeds.float()
+    for index, layer in enumerate(w.prefix_layers):
+        h = _rms(x, dims.rms_norm_eps).to(dtype)
+        qkv = F.linear(h, layer.qkv_w)
+        if layer.out_w is None:
+            key = _rope(qkv[..., :hd].unsqueeze(2), cos, sin)
+            cache_k[index, :b, :, :length].copy_(key.transpose(1, 2))
+            cache_v[index, :b, :, :length].copy_(qkv[..., None, hd:].transpose(1, 2))
+            break
+        q = _rope(qkv[..., :heads * hd].view(b, length, heads, hd), cos, sin).to(dtype)
+        key = _rope(qkv[..., heads * hd:(heads + 1) * hd].unsqueeze(2), cos, sin).to(dtype)
+        val = qkv[..., (heads + 1) * hd:].unsqueeze(2)
+        cache_k[index, :b, :, :length].copy_(key.transpose(1, 2))
+        cache_v[index, :b, :, :length].copy_(val.transpose(1, 2))
+        # One KV head: fold the query heads into the query sequence (row = token * heads + h).
+        a = F.scaled_dot_product_attention(
+            q.view(b, 1, length * heads, hd), key.transpose(1, 2), val.transpose(1, 2),
+            attn_mask=key_mask, scale=hd ** -0.5)
+        x = x + F.linear(a.view(b, length, heads * hd), layer.out_w).float()
+        h = _rms(x, dims.rms_norm_eps).to(dtype)
+        x = x + F.linear(_gelu_product(F.linear(h, layer.gate_up_w)), layer.down_w).float()
+
+
+def suffix_attention_mask(dims: ModelDims, key_mask: torch.Tensor) -> torch.Tensor:
+    """Mask [b,1,(chunk+1)*heads,P+chunk+1] for the suffix (state token, then action tokens).
+
+    Suffix queries see every real prefix token; the state token sees only itself among the
+    suffix tokens, action tokens see the state token and all action tokens.
+    """
+    b, length = key_mask.shape[0], key_mask.shape[-1]
+    suffix = dims.chunk_size + 1
+    block = torch.ones(suffix, suffix, dtype=torch.bool, device=key_mask.device)
+    block[0, 1:] = False
+    prefix_part = key_mask.view(b, 1, 1, length).expand(b, 1, suffix, length)
+    full = torch.cat([prefix_part, block.expand(b, 1, suffix, suffix)], dim=-1)
+    return full.repeat_interleave(dims.expert_heads, dim=2)
+
+
+def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
+                    prefix_valid: torch.Tensor, key_mask: torch.Tensor, cache_k: torch.Tensor,
+                    cache_v: torch.Tensor, out: torch.Tensor) -> None:
+    """Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
+
+    noise [b,chunk,A] float32; state [b,max_state_dim] float32 (normalized, padded);
+    prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions).
+    """
+    dtype = w.embed_tokens.dtype
+    b = noise.shape[0]
+    length = key_mask.shape[-1]
+    hd, heads = dims.head_dim, dims.expert_heads
+    suffix = dims.chunk_size + 1
+    positions = prefix_valid[:, None] + torch.arange(suffix, device=noise.device)[None, :]
+    cos = w.rope_cos[positions][:, :, None, :]
+    sin = w.rope_sin[positions][:, :, None, :]
+    mask = suffix_attention_mask(dims, key_mask)
+    state_token = F.linear(state, w.state_w, w.state_b)[:, None, :]
+    _, dt = euler_times(dims.num_steps)
+    x_t = noise
+    for step in range(dims.num_steps):
+        act = F.silu(F.linear(x_t, w.action_time_w) + w.step_bias[step])
+        act = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
+        x = torch.cat([state_token, act], dim=1)
+        for index, layer in enumerate(w.expert_layers):
+            h = _rms(x, dims.rms_norm_eps).to(dtype)
+            qkv = F.linear(h, layer.qkv_w)
+            q = _rope(qkv[..., :heads * hd].view(b, suffix, heads, hd), cos, sin).to(dtype)
+            key = _rope(qkv[..., heads * hd:(heads + 1) * hd].unsqueeze(2), cos, sin)
+            cache_k[index, :b, :, length:].copy_(key.transpose(1, 2))
+            cache_v[index, :b, :, length:].copy_(qkv[..., None, (heads + 1) * hd:]
+                                                 .transpose(1, 2))
+            a = F.scaled_dot_product_attention(
+                q.view(b, 1, suffix * heads, hd), cache_k[index, :b], cache_v[index, :b],
+                attn_mask=mask, scale=hd ** -0.5)
+            x = x + F.linear(a.view(b, suffix, heads * hd), layer.out_w).float()
+            h = _rms(x, dims.rms_norm_eps).to(dtype)
+            x = x + F.linear(_gelu_product(F.linear(h, layer.gate_up_w)), layer.down_w).float()
+        velocity = F.linear(_rms(x[:, 1:], dims.rms_norm_eps), w.action_out_w, w.action_out_b)
+        x_t = x_t + dt * velocity
+    out.copy_(x_t)

@@ -1,0 +1,120 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Resize-with-pad to the model resolution on the device, without allocating per frame.
+
+Equals LeRobot/openpi ``resize_with_pad_torch`` (bilinear, align_corners=False, aspect kept,
+centered black padding) followed by the [0, 1] -> [-1, 1] scaling, up to float rounding. The
+bilinear filter is applied as two gathers along width, two along height, and a weighted sum,
+all into preallocated scratch buffers; index/weight vectors are computed once per frame size.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+
+@dataclass
+class ResizePlan:
+    """Gather indices and weights that map an HxW frame onto the padded SxS image."""
+
+    height: int
+    width: int
+    col0: torch.Tensor
+    col1: torch.Tensor
+    col_w0: torch.Tensor
+    col_w1: torch.Tensor
+    row0: torch.Tensor
+    row1: torch.Tensor
+    row_w0: torch.Tensor
+    row_w1: torch.Tensor
+
+
+def _axis_weights(in_size: int, out_size: int, target: int, offset: int) -> tuple:
+    """Bilinear source indices/weights along one axis, placed at offset on a padded axis.
+
+    The weights are read off PyTorch's own bilinear kernel (align_corners=False) applied to an
+    identity basis, so they carry exactly the rounding F.interpolate uses on the CPU.
+    """
+    basis = torch.eye(in_size, dtype=torch.float32).view(1, in_size, 1, in_size)
+    matrix = F.interpolate(basis, size=(1, out_size), mode='bilinear',
+                           align_corners=False)[0, :, 0, :].numpy()  # [in, out]
+    low = np.argmax(matrix > 0, axis=0)
+    high = np.minimum(low + 1, in_size - 1)
+    columns = np.arange(out_size)
+    weight_low = matrix[low, columns]
+    weight_high = np.where(high != low, matrix[high, columns], np.float32(0.0))
+    index0 = np.zeros(target, np.int64)
+    index1 = np.zeros(target, np.int64)
+    weight0 = np.zeros(target, np.float32)
+    weight1 = np.zeros(target, np.float32)
+    index0[offset:offset + out_size] = low
+    index1[offset:offset + out_size] = high
+    weight0[offset:offset + out_size] = weight_low
+    weight1[offset:offset + out_size] = weight_high
+    return index0, index1, weight0, weight1
+
+
+def make_resize_plan(height: int, width: int, size: int, device: torch.device) -> ResizePlan:
+    """Plan for one frame size; matches resize_with_pad_torch's sizes and centered padding."""
+    ratio = max(width / size, height / size)
+    resized_h, resized_w = int(height / ratio), int(width / ratio)
+    rows = _axis_weights(height, resized_h, size, (size - resized_h) // 2)
+    cols = _axis_weights(width, resized_w, size, (size - resized_w) // 2)
+
+    def dev(array, shape):
+        return torch.from_numpy(array).to(device).reshape(shape)
+
+    return ResizePlan(height, width,
+                      dev(cols[0], (-1,)), dev(cols[1], (-1,)),
+                      dev(cols[2], (size, 1)), dev(cols[3], (size, 1)),
+                      dev(rows[0], (-1,)), dev(rows[1], (-1,)),
+                      dev(rows[2], (size, 1, 1)), dev(rows[3], (size, 1, 1)))
+
+
+class FrameResizer:
+    """Preallocated scratch for resizing uint8 HxWx3 device frames into float CHW images."""
+
+    def __init__(self, max_height: int, max_width: int, size: int, device: torch.device):
+        self.size = size
+        self.device = device
+        self._plans = {}
+        self.cols_u8 = [torch.zeros(max_height, size, 3, dtype=torch.uint8, device=device)
+                        for _ in range(2)]
+        self.cols_f32 = [torch.zeros(max_height, size, 3, dtype=torch.float32, device=device)
+                         for _ in range(2)]
+        self.rows_f32 = [torch.zeros(size, size, 3, dtype=torch.float32, device=device)
+                         for _ in range(2)]
+
+    def buffers(self) -> list:
+        """The scratch tensors (for pointer-stability tests)."""
+        return self.cols_u8 + self.cols_f32 + self.rows_f32
+
+    def plan(self, height: int, width: int) -> ResizePlan:
+        """The (cached) plan for a frame size."""
+        key = (height, width)
+        if key not in self._plans:
+            self._plans[key] = make_resize_plan(height, width, self.size, self.device)
+        return self._plans[key]
+
+    def resize_into(self, frame: torch.Tensor, out: torch.Tensor) -> None:
+        """frame uint8 [H,W,3] (device) -> out float32 [3,S,S], values 0..255 (not yet scaled)."""
+        height, width = frame.shape[0], frame.shape[1]
+        plan = self.plan(height, width)
+        a_u8, b_u8 = self.cols_u8[0][:height], self.cols_u8[1][:height]
+        a_f, b_f = self.cols_f32[0][:height], self.cols_f32[1][:height]
+        torch.index_select(frame, 1, plan.col0, out=a_u8)
+        torch.index_select(frame, 1, plan.col1, out=b_u8)
+        a_f.copy_(a_u8)
+        b_f.copy_(b_u8)
+        a_f.mul_(plan.col_w0).addcmul_(b_f, plan.col_w1)
+        top, bottom = self.rows_f32
+        torch.index_select(a_f, 0, plan.row0, out=top)
+        torch.index_select(a_f, 0, plan.row1, out=bottom)
+        top.mul_(plan.row_w0).addcmul_(bottom, plan.row_w1)
+        out.copy_(top.permute(2, 0, 1))
+
+
+def scale_to_signed_unit(pixels: torch.Tensor) -> None:
+    """In place: 0..255 -> clamp -> [-1, 1] (padding 0 becomes -1, as in LeRobot)."""
+    pixels.clamp_(0.0, 255.0).mul_(2.0 / 255.0).sub_(1.0)
