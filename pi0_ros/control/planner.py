@@ -5,7 +5,9 @@ Turns action chunks into short, limit-respecting trajectories for the JTC, one p
 
 Model (per joint, independent): the planner keeps the last published plan. Each step(now)
 evaluates that plan at `now` (so the commanded state is exactly what the controller is executing,
-whatever the tick jitter) and plans `points_per_message` new points `point_spacing` apart:
+whatever the tick jitter) and plans `points_per_message` new points on a time grid of
+`point_spacing` fixed at reset (the first point is (0, h] after now, so successive plans share
+their points and a jittered tick does not break the braking invariant below):
 
 * Between points the acceleration is constant: q[i] = q[i-1] + h * (v[i-1] + v[i]) / 2 with
   |v[i] - v[i-1]| <= max_acceleration * h. A cubic through such points with these velocities (what
@@ -142,23 +144,26 @@ def smootherstep(x: np.ndarray) -> np.ndarray:
     return x * x * x * (x * (6.0 * x - 15.0) + 10.0)
 
 
-def max_speed_to_stop(room: np.ndarray, max_acceleration: np.ndarray, h: float) -> np.ndarray:
+def max_speed_to_stop(room: np.ndarray, max_acceleration: np.ndarray, h: float,
+                      first_step: float | None = None) -> np.ndarray:
     """
     Return the largest next velocity v' >= 0 after which the planner can stop within `room`.
 
-    room is the distance to the bound left after the current velocity's share of the next step
-    (bound - q - h * v / 2). Stopping means the discrete braking of the planner: the velocity drops
-    by max_acceleration * h per point. That travels g(v') = h * v' * (m + 1) - A h^2 m (m + 1) / 2
-    with m = floor(v' / (A h)), piecewise linear in v', inverted here exactly. A negative room
-    returns the (negative) velocity that lands the next point on the bound.
+    The next point is first_step (default h) ahead; room is the distance to the bound left after
+    the current velocity's share of that step (bound - q - first_step * v / 2). Stopping means
+    the planner's discrete braking: the velocity drops by A * h per point of the grid. That
+    travels g(v') = v' (h1 / 2 + h / 2 + m h) - A h^2 m (m + 1) / 2 with m = floor(v' / (A h)),
+    piecewise linear in v', inverted here exactly. A negative room returns the (negative)
+    velocity that lands the next point on the bound.
     """
-    a_h2 = max_acceleration * h * h
+    h1 = h if first_step is None else first_step
     with np.errstate(invalid='ignore', over='ignore'):
         safe_room = np.maximum(room, 0.0)
-        m = np.floor((np.sqrt(1.0 + 8.0 * safe_room / a_h2) - 1.0) / 2.0)
-        speed = (safe_room + a_h2 * m * (m + 1.0) / 2.0) / (h * (m + 1.0))
+        m = np.floor((np.sqrt(h1 * h1 + 8.0 * safe_room / max_acceleration) - h1) / (2.0 * h))
+        speed = ((safe_room + max_acceleration * h * h * m * (m + 1.0) / 2.0)
+                 / (0.5 * h1 + 0.5 * h + m * h))
     speed = np.where(np.isinf(room), np.inf, speed)
-    return np.where(room < 0.0, 2.0 * room / h, speed)
+    return np.where(room < 0.0, 2.0 * room / h1, speed)
 
 
 class _Segment:
@@ -186,10 +191,8 @@ class ChunkPlanner:
         self.limits = limits
         num_points = config.points_per_message
         h = config.point_spacing
-        self._times = h * np.arange(1, num_points + 1, dtype=np.float64)
-        self._times.setflags(write=False)
-        # Sample offsets of the reference: -h/2, 0, h/2, ..., (N + 1/2) h.
-        self._reference_offsets = 0.5 * h * np.arange(-1, 2 * num_points + 2, dtype=np.float64)
+        self._grid_steps = h * np.arange(num_points, dtype=np.float64)
+        self._grid_steps.setflags(write=False)
         # Speed that still allows a stop by the last point, per point index i = 1..N.
         self._horizon_speed = (limits.max_acceleration[None, :] * h
                                * (num_points - np.arange(1, num_points + 1))[:, None])
@@ -203,7 +206,9 @@ class ChunkPlanner:
         self._time = 0.0
         self._position = np.zeros(limits.num_joints)
         self._velocity = np.zeros(limits.num_joints)
+        self._grid_origin = 0.0
         self._plan: PlanPoints | None = None
+        self._plan_times = self._grid_steps
         self._plan_start_position = self._position
         self._plan_start_velocity = self._velocity
 
@@ -268,6 +273,7 @@ class ChunkPlanner:
 
     def _restart(self, position: np.ndarray, now: float, reason: str) -> None:
         self._time = now
+        self._grid_origin = now
         self._position = position
         self._velocity = np.zeros_like(position)
         self._plan = None
@@ -380,22 +386,35 @@ class ChunkPlanner:
         plan = self._plan
         if plan is None:
             return
-        h = self.config.point_spacing
-        offset = now - plan.start_time
-        index = int(offset // h)
-        if index >= len(plan):
+        times = self._plan_times                         # absolute times of the plan's points
+        index = int(np.searchsorted(times, now, side='right'))
+        if index >= len(times):
             self._position = plan.positions[-1].copy()
             self._velocity = np.zeros_like(self._position)
             return
-        if index <= 0:
+        if index == 0:
+            start_time = plan.start_time
             start_q, start_v = self._plan_start_position, self._plan_start_velocity
         else:
+            start_time = times[index - 1]
             start_q, start_v = plan.positions[index - 1], plan.velocities[index - 1]
-        end_v = plan.velocities[index]
-        tau = offset - index * h
-        acceleration = (end_v - start_v) / h
+        duration = times[index] - start_time
+        tau = now - start_time
+        acceleration = (plan.velocities[index] - start_v) / duration
         self._position = start_q + start_v * tau + 0.5 * acceleration * tau * tau
         self._velocity = start_v + acceleration * tau
+
+    def _point_times(self, now: float) -> np.ndarray:
+        """
+        Return the absolute times [N] of the next points: the grid after now.
+
+        Points lie on a grid fixed at reset (origin + k h), whatever the tick jitter, so a new
+        plan's points coincide with the executing plan's, and the braking invariant checked at
+        the points of one plan holds for the next. The first point is (0, h] after now.
+        """
+        h = self.config.point_spacing
+        ticks = math.floor((now - self._grid_origin) / h + 1e-6) + 1
+        return self._grid_origin + h * ticks + self._grid_steps
 
     def step(self, now: float, hold_reason: str | None = None) -> PlanPoints:
         """
@@ -424,11 +443,12 @@ class ChunkPlanner:
             brake_reason = REASON_DISABLED
         elif hold_reason is not None:
             brake_reason = str(hold_reason)
+        times = self._point_times(now)
         if brake_reason is not None:
             self._segments = []
             self._mode = PlannerState.HOLDING
             self._hold_reason = brake_reason
-            positions, velocities = self._brake()
+            positions, velocities = self._brake(times[0] - now)
         else:
             if not self._segments:
                 self._segments = [_Segment(now, position=self._position.copy())]
@@ -442,75 +462,78 @@ class ChunkPlanner:
                 self._mode, self._hold_reason = PlannerState.HOLDING, REASON_EXHAUSTED
             else:
                 self._mode, self._hold_reason = PlannerState.FOLLOWING, None
-            positions, velocities = self._track(now)
+            positions, velocities = self._track(now, times)
 
-        plan = PlanPoints(self._times.copy(), positions, velocities, self.state, self.hold_reason,
-                          now)
+        plan = PlanPoints(times - now, positions, velocities, self.state, self.hold_reason, now)
         self._plan = plan
+        self._plan_times = times
         self._plan_start_position = self._position.copy()
         self._plan_start_velocity = self._velocity.copy()
         return plan
 
-    def _bounded_velocity(self, index: int, q: np.ndarray, v: np.ndarray,
+    def _bounded_velocity(self, index: int, step: float, q: np.ndarray, v: np.ndarray,
                           desired: np.ndarray) -> np.ndarray:
         """Clip a desired next velocity to the speed, horizon, position and accel limits."""
         h = self.config.point_spacing
         limits = self.limits
         accel = limits.max_acceleration
         speed = np.minimum(limits.max_velocity, self._horizon_speed[index - 1])
-        upper = np.minimum(speed, max_speed_to_stop(limits.position_upper - q - 0.5 * h * v,
-                                                    accel, h))
-        lower = np.maximum(-speed, -max_speed_to_stop(q - limits.position_lower + 0.5 * h * v,
-                                                      accel, h))
+        upper = np.minimum(speed, max_speed_to_stop(
+            limits.position_upper - q - 0.5 * step * v, accel, h, step))
+        lower = np.maximum(-speed, -max_speed_to_stop(
+            q - limits.position_lower + 0.5 * step * v, accel, h, step))
         bounded = np.minimum(np.maximum(desired, lower), upper)
         # The acceleration limit wins where the two disagree (only from an infeasible state).
-        return np.clip(bounded, v - accel * h, v + accel * h)
+        return np.clip(bounded, v - accel * step, v + accel * step)
 
-    def _brake(self) -> tuple[np.ndarray, np.ndarray]:
+    def _brake(self, first_step: float) -> tuple[np.ndarray, np.ndarray]:
         h = self.config.point_spacing
-        step = self.limits.max_acceleration * h
         count = self.config.points_per_message
         positions = np.empty((count, self.limits.num_joints))
         velocities = np.empty_like(positions)
         q, v = self._position, self._velocity
         for index in range(count):
-            v_next = v - np.sign(v) * np.minimum(np.abs(v), step)
+            step = first_step if index == 0 else h
+            v_next = v - np.sign(v) * np.minimum(np.abs(v), self.limits.max_acceleration * step)
             if index == count - 1:
                 v_next = np.zeros_like(v)
-            q = self.limits.clamp_position(q + 0.5 * h * (v + v_next))
+            q = self.limits.clamp_position(q + 0.5 * step * (v + v_next))
             positions[index], velocities[index] = q, v_next
             v = v_next
         return positions, velocities
 
-    def _track(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def _track(self, now: float, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h = self.config.point_spacing
         count = self.config.points_per_message
-        samples = self.reference(now + self._reference_offsets)
-        references = samples[1::2]                        # times now + i h, i = 0..N
-        reference_velocities = (samples[2::2] - samples[0:-1:2]) / h
+        anchors = np.concatenate(([now], times))
+        samples = self.reference((anchors[:, None] + np.array([-0.5 * h, 0.0, 0.5 * h]))
+                                 .reshape(-1)).reshape(count + 1, 3, -1)
+        references = samples[:, 1]                       # at now and at each point
+        reference_velocities = (samples[:, 2] - samples[:, 0]) / h
         accel = self.limits.max_acceleration
         positions = np.empty((count, self.limits.num_joints))
         velocities = np.empty_like(positions)
         q, v = self._position, self._velocity
         for index in range(1, count + 1):
+            step = anchors[index] - anchors[index - 1]
             error = q - references[index - 1]
             relative_velocity = v - reference_velocities[index - 1]
-            # Deadbeat: two points to reach a constant-velocity reference.
-            desired = -0.5 * relative_velocity - error / h
+            # Deadbeat over this step and the next: on a constant-velocity reference after two.
+            desired = -(2.0 * error + step * relative_velocity) / (step + h)
             # Approach speed toward the next reference point bounded so that it can stop there.
             gap = references[index] - q
             direction = np.where(gap >= 0.0, 1.0, -1.0)
-            room = np.abs(gap) - 0.5 * h * direction * relative_velocity
-            approach = max_speed_to_stop(room, accel, h)
+            room = np.abs(gap) - 0.5 * step * direction * relative_velocity
+            approach = max_speed_to_stop(room, accel, h, step)
             desired = np.where(direction * desired > approach, direction * approach, desired)
-            v_next = self._bounded_velocity(index, q, v,
+            v_next = self._bounded_velocity(index, step, q, v,
                                             reference_velocities[index] + desired)
             if index == count:
                 v_next = np.zeros_like(v_next)
             else:
                 # Rounding residue of the tracker (~1e-20 at rest) is not motion: keep rest exact.
                 v_next[np.abs(v_next) < VELOCITY_EPSILON] = 0.0
-            q = self.limits.clamp_position(q + 0.5 * h * (v + v_next))
+            q = self.limits.clamp_position(q + 0.5 * step * (v + v_next))
             positions[index - 1], velocities[index - 1] = q, v_next
             v = v_next
         return positions, velocities

@@ -1,0 +1,121 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""A whole run at 50 Hz: latency, a late chunk, a NaN chunk, a stale hold, e-stop, clock reset."""
+import math
+
+import numpy as np
+
+from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
+                             validate_trajectory)
+
+PERIOD = 0.02
+NUM_JOINTS = 6
+LIMITS = JointLimits(position_lower=[-1.0, -2.0, -1.5, -math.pi, -0.5, -math.inf],
+                     position_upper=[1.0, 2.0, 1.5, math.pi, 0.5, math.inf],
+                     max_velocity=[1.0, 1.2, 1.5, 2.0, 0.8, 3.0],
+                     max_acceleration=[5.0, 6.0, 8.0, 10.0, 4.0, 12.0])
+AMPLITUDE = np.array([1.3, 0.8, 0.6, 1.0, 0.7, 2.0])     # joints 0 and 4 reach past the limits
+FREQUENCY = np.array([0.7, 0.5, 1.1, 0.3, 0.9, 0.4])
+
+
+def policy_actions(t0, horizon=50, dt=PERIOD):
+    times = t0 + dt * np.arange(horizon)[:, None]
+    return AMPLITUDE * np.sin(2 * math.pi * FREQUENCY * times)
+
+
+def segment_extremes(q0, v0, q1, v1, h):
+    """Return min and max position over a constant-acceleration segment (per joint)."""
+    acceleration = (v1 - v0) / h
+    with np.errstate(divide='ignore', invalid='ignore'):
+        tau = np.where(acceleration != 0.0, -v0 / acceleration, -1.0)
+    inside = (tau > 0.0) & (tau < h)
+    turning = np.where(inside, q0 + v0 * tau + 0.5 * acceleration * tau ** 2, q0)
+    return (np.minimum(np.minimum(q0, q1), turning), np.maximum(np.maximum(q0, q1), turning))
+
+
+def check_plan(planner, points):
+    """Assert everything the controller will execute is valid and within the limits."""
+    assert validate_trajectory(points.times_from_start, points.positions, points.velocities,
+                               NUM_JOINTS) == []
+    # Points lie on a fixed grid: the first is (0, h] after now, the others h apart.
+    h = np.diff(points.times_from_start, prepend=0.0)[:, None]
+    assert 0.0 < h[0, 0] <= planner.config.point_spacing * (1 + 1e-6)
+    np.testing.assert_allclose(h[1:], planner.config.point_spacing, rtol=0, atol=1e-12)
+    q = np.vstack([planner.commanded_position, points.positions])
+    v = np.vstack([planner.commanded_velocity, points.velocities])
+    assert (np.abs(v) <= LIMITS.max_velocity * (1 + 1e-9)).all()
+    assert (np.abs(np.diff(v, axis=0)) <= LIMITS.max_acceleration * h * (1 + 1e-9)).all()
+    # Constant acceleration between points (so the JTC's cubic is exactly this quadratic) ...
+    np.testing.assert_allclose(np.diff(q, axis=0), 0.5 * h * (v[:-1] + v[1:]), rtol=0,
+                               atol=1e-12)
+    # ... which stays inside the position limits between the points, too.
+    low, high = segment_extremes(q[:-1], v[:-1], q[1:], v[1:], h)
+    assert (low >= LIMITS.position_lower - 1e-12).all()
+    assert (high <= LIMITS.position_upper + 1e-12).all()
+
+
+def test_whole_scenario_at_50_hz():
+    rng = np.random.default_rng(7)
+    planner = ChunkPlanner(PlannerConfig(control_period=PERIOD), LIMITS)
+    planner.reset(np.zeros(NUM_JOINTS), 0.0)
+    planner.set_enabled(True)
+    results = {}
+    states = {}
+    clock_offset = 0.0
+    for tick in range(500):
+        nominal = tick * PERIOD
+        if nominal >= 8.0 and clock_offset == 0.0:
+            clock_offset = -7.0                               # sim time restarts at 1.0 s
+        now = nominal + clock_offset + rng.uniform(-0.003, 0.003)
+        hold_reason = 'stale observation' if 2.0 <= nominal < 2.4 else None
+        if nominal == 3.0:
+            planner.estop()
+        if math.isclose(nominal, 3.54):
+            planner.clear_estop()
+        if math.isclose(nominal, 4.0):
+            planner.set_enabled(False)
+        if math.isclose(nominal, 4.32):
+            planner.set_enabled(True)
+        streaming = nominal < 5.0 or nominal >= 8.1
+        if streaming and tick % 5 == 0:
+            latency = 0.06 + rng.uniform(0.0, 0.03)
+            t0 = now - latency
+            actions = policy_actions(t0)
+            if math.isclose(nominal, 1.0):
+                t0 -= 2.0                                      # a chunk that arrives too late
+            if math.isclose(nominal, 1.5):
+                actions[10, 2] = math.nan                      # a broken chunk
+            result = planner.add_chunk(Chunk(t0, PERIOD, actions, sequence=tick), now)
+            results[round(nominal, 2)] = result
+        points = planner.step(now, hold_reason)
+        check_plan(planner, points)
+        states[round(nominal, 2)] = (points.state, points.hold_reason)
+
+    # Latency compensation: every on-time chunk skipped its 3 to 5 past actions.
+    on_time = [r for key, r in results.items() if key not in (1.0, 1.5)]
+    assert all(r.accepted or r.reason in ('planner disabled', 'e-stop latched')
+               for r in on_time)
+    assert all(3 <= r.skipped_actions <= 5 for r in on_time if r.accepted)
+    assert sum(r.accepted for r in on_time) == len(on_time) - 10
+    assert not results[1.0].accepted and 'past' in results[1.0].reason
+    assert results[1.0].skipped_actions == 50
+    assert not results[1.5].accepted and 'non-finite' in results[1.5].reason
+    assert [key for key, r in results.items() if r.reason == 'e-stop latched'] == [
+        3.0, 3.1, 3.2, 3.3, 3.4, 3.5]
+    assert [key for key, r in results.items() if r.reason == 'planner disabled'] == [
+        4.0, 4.1, 4.2, 4.3]
+
+    assert states[0.0] == (PlannerState.FOLLOWING, None)
+    assert states[1.9] == (PlannerState.FOLLOWING, None)
+    assert states[2.2] == (PlannerState.HOLDING, 'stale observation')
+    assert states[2.4] == (PlannerState.FOLLOWING, None)             # chunk of 2.4 resumes
+    assert states[3.2] == (PlannerState.ESTOP, 'e-stop')
+    assert states[3.54] == (PlannerState.HOLDING, 'waiting for chunk')
+    assert states[3.6] == (PlannerState.FOLLOWING, None)
+    assert states[4.1] == (PlannerState.DISABLED, 'disabled')
+    assert states[4.32] == (PlannerState.HOLDING, 'waiting for chunk')
+    assert states[4.4] == (PlannerState.FOLLOWING, None)
+    assert states[6.0] == (PlannerState.HOLDING, 'chunk exhausted')
+    assert states[8.0] == (PlannerState.HOLDING, 'clock jumped backwards')
+    assert states[8.1] == (PlannerState.FOLLOWING, None)
+    assert states[9.98] == (PlannerState.FOLLOWING, None)
