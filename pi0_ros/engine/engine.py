@@ -290,7 +290,10 @@ class Pi0Engine:
         return self._infer([(frames, state, instruction, frame_keys)], [noise])[0]
 
     def infer_batch(self, observations) -> list:
-        """Several observations (frames, state, instruction, frame_keys) in one pass."""
+        """Several observations (frames, state, instruction, frame_keys) in one pass.
+
+        A fifth tuple element, if given, is that observation's noise (as for infer()).
+        """
         observations = list(observations)
         if not observations:
             raise InputError('infer_batch needs at least one observation')
@@ -298,11 +301,11 @@ class Pi0Engine:
             raise InputError(f'{len(observations)} observations exceed max_batch '
                              f'{self.options.max_batch}')
         for index, observation in enumerate(observations):
-            if not isinstance(observation, (tuple, list)) or len(observation) not in (3, 4):
+            if not isinstance(observation, (tuple, list)) or len(observation) not in (3, 4, 5):
                 raise InputError(f'observation {index} must be (frames, state, instruction'
-                                 '[, frame_keys])')
-        observations = [tuple(o) if len(o) == 4 else (*o, None) for o in observations]
-        return self._infer(observations, [None] * len(observations))
+                                 '[, frame_keys[, noise]])')
+        padded = [tuple(o) + (None,) * (5 - len(o)) for o in observations]
+        return self._infer([o[:4] for o in padded], [o[4] for o in padded])
 
     def close(self) -> None:
         """Free weights, buffers and graphs (GPU memory is returned to the allocator)."""
