@@ -490,8 +490,9 @@ class Pi0Engine:
         if not np.isfinite(chunk).all():
             raise NonFiniteOutputError(f'the action chunk holds non-finite values '
                                        f'(precision {self.dtype}); no actions returned')
-        actions = chunk[:, :, :self.action_dim] * self._action_stats.std \
-            + self._action_stats.mean
+        with np.errstate(over='ignore', invalid='ignore'):
+            actions = chunk[:, :, :self.action_dim] * self._action_stats.std \
+                + self._action_stats.mean
         if not np.isfinite(actions).all():
             raise NonFiniteOutputError('unnormalized actions overflowed; no actions returned')
         total = (time.perf_counter() - call_start) * 1e3

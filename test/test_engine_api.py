@@ -1,0 +1,222 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Pi0Engine behaviour on the CPU: validation, caches, buffers, batching, failure modes."""
+import numpy as np
+import pytest
+import torch
+
+from pi0_ros.engine import (EngineError, EngineOptions, InferenceResult, InputError, ModelDims,
+                            NonFiniteOutputError, Pi0Engine)
+
+DIMS = ModelDims.tiny()
+CPU = EngineOptions(device='cpu')
+
+
+def make_engine(**options) -> Pi0Engine:
+    return Pi0Engine.random(DIMS, state_dim=6, action_dim=5, num_cameras=2, seed=11,
+                            options=EngineOptions(device='cpu', **options),
+                            action_mean=np.arange(5, dtype=np.float32),
+                            action_std=np.full(5, 2.0, np.float32))
+
+
+@pytest.fixture(scope='module')
+def shared_engine():
+    return make_engine()
+
+
+def observation(seed: int, shapes=((120, 160, 3), (224, 224, 3))):
+    rng = np.random.default_rng(seed)
+    frames = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in shapes]
+    state = rng.normal(size=6).astype(np.float32)
+    noise = rng.normal(size=(DIMS.chunk_size, DIMS.max_action_dim)).astype(np.float32)
+    return frames, state, noise
+
+
+def test_attributes_and_result_type(shared_engine):
+    frames, state, noise = observation(0)
+    result = shared_engine.infer(frames, state, 'grasp', noise=noise)
+    assert isinstance(result, InferenceResult)
+    assert result.actions.shape == (DIMS.chunk_size, 5)
+    assert result.actions.dtype == np.float32
+    assert set(result.timings_ms) == {'preprocess', 'vision', 'prefix', 'denoise', 'total'}
+    assert all(value >= 0.0 for value in result.timings_ms.values())
+    assert (shared_engine.chunk_size, shared_engine.action_dim, shared_engine.state_dim,
+            shared_engine.num_cameras) == (DIMS.chunk_size, 5, 6, 2)
+    assert shared_engine.device == torch.device('cpu')
+    assert shared_engine.dtype == torch.float32  # 'auto' on the CPU
+    assert set(shared_engine.stats) == {'vision_cache_hits', 'language_cache_hits', 'calls'}
+
+
+def test_same_noise_same_chunk_and_fresh_noise_differs(shared_engine):
+    frames, state, noise = observation(1)
+    first = shared_engine.infer(frames, state, 'grasp', noise=noise).actions
+    second = shared_engine.infer(frames, state, 'grasp', noise=torch.from_numpy(noise)).actions
+    np.testing.assert_array_equal(first, second)
+    drawn = shared_engine.infer(frames, state, 'grasp').actions
+    assert np.abs(drawn - first).max() > 1e-3
+
+
+def test_action_unnormalization_uses_stats():
+    pi0 = make_engine()
+    frames, state, noise = observation(2)
+    scaled = pi0.infer(frames, state, 'grasp', noise=noise).actions
+    plain = Pi0Engine.random(DIMS, state_dim=6, action_dim=5, num_cameras=2, seed=11,
+                             options=CPU).infer(frames, state, 'grasp', noise=noise).actions
+    np.testing.assert_allclose(scaled, plain * 2.0 + np.arange(5), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('mutate, message', [
+    (lambda f, s, i: (f[:1], s, i), 'expected 2 camera frames'),
+    (lambda f, s, i: ([f[0].astype(np.float32), f[1]], s, i), 'uint8'),
+    (lambda f, s, i: ([f[0][..., 0], f[1]], s, i), 'HxWx3'),
+    (lambda f, s, i: ([np.zeros((1081, 10, 3), np.uint8), f[1]], s, i), 'larger than'),
+    (lambda f, s, i: ([np.zeros((10, 1921, 3), np.uint8), f[1]], s, i), 'larger than'),
+    (lambda f, s, i: (f, np.append(s, 1.0), i), 'shape (6,)'),
+    (lambda f, s, i: (f, np.where(np.arange(6) == 2, np.nan, s), i), 'non-finite'),
+    (lambda f, s, i: (f, np.where(np.arange(6) == 0, np.inf, s), i), 'non-finite'),
+    (lambda f, s, i: (f, s, ''), 'instruction'),
+    (lambda f, s, i: (f, s, '   '), 'instruction'),
+    (lambda f, s, i: (f, s, None), 'instruction'),
+    (lambda f, s, i: (f[0], s, i), 'sequence'),
+])
+def test_bad_input_raises_input_error(shared_engine, mutate, message):
+    frames, state, _ = observation(3)
+    calls = shared_engine.stats['calls']
+    with pytest.raises(InputError, match=message.replace('(', r'\(').replace(')', r'\)')):
+        shared_engine.infer(*mutate(frames, state, 'grasp'))
+    assert shared_engine.stats['calls'] == calls
+
+
+def test_input_error_is_engine_error_and_value_error():
+    assert issubclass(InputError, EngineError) and issubclass(InputError, ValueError)
+
+
+def test_bad_noise_and_frame_keys_raise(shared_engine):
+    frames, state, noise = observation(4)
+    with pytest.raises(InputError, match='noise'):
+        shared_engine.infer(frames, state, 'grasp', noise=noise[:, :5])
+    with pytest.raises(InputError, match='frame_keys'):
+        shared_engine.infer(frames, state, 'grasp', frame_keys=('a',))
+    with pytest.raises(InputError, match='hashable'):
+        shared_engine.infer(frames, state, 'grasp', frame_keys=(['a'], 'b'))
+
+
+def test_vision_cache_reuses_features_and_matches_uncached():
+    pi0 = make_engine()
+    frames, state, noise = observation(5)
+    keys = [(100, 'cam0'), (100, 'cam1')]
+    first = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+    assert first.vision_cache_hits == 0
+    # Same keys: features are reused even though the arrays now differ (the key is the truth).
+    stale = [np.zeros_like(frame) for frame in frames]
+    cached = pi0.infer(stale, state, 'grasp', frame_keys=keys, noise=noise)
+    assert cached.vision_cache_hits == 2
+    np.testing.assert_array_equal(cached.actions, first.actions)
+    # Camera 1 changes: one hit, and the chunk equals an uncached engine's on the new frames.
+    new_frames = [frames[0], observation(6)[0][1]]
+    partial = pi0.infer(new_frames, state, 'grasp', frame_keys=[(100, 'cam0'), (101, 'cam1')],
+                        noise=noise)
+    assert partial.vision_cache_hits == 1
+    fresh = make_engine().infer(new_frames, state, 'grasp', noise=noise)
+    assert fresh.vision_cache_hits == 0
+    np.testing.assert_allclose(partial.actions, fresh.actions, rtol=1e-5, atol=1e-5)
+    # No keys: never cached.
+    assert pi0.infer(frames, state, 'grasp', noise=noise).vision_cache_hits == 0
+    assert pi0.stats['vision_cache_hits'] == 3
+
+
+def test_language_cache_counts_and_matches_uncached():
+    pi0 = make_engine()
+    frames, state, noise = observation(7)
+    pi0.infer(frames, state, 'open the drawer', noise=noise)
+    assert pi0.stats['language_cache_hits'] == 0
+    pi0.infer(frames, state, 'open the drawer', noise=noise)
+    assert pi0.stats['language_cache_hits'] == 1
+    switched = pi0.infer(frames, state, 'close the drawer', noise=noise).actions
+    assert pi0.stats['language_cache_hits'] == 1
+    fresh = make_engine().infer(frames, state, 'close the drawer', noise=noise).actions
+    np.testing.assert_array_equal(switched, fresh)
+    assert pi0.stats['calls'] == 3
+
+
+def test_buffers_keep_their_storage_across_calls():
+    pi0 = make_engine(max_batch=2)
+    pi0.warmup()
+    before = pi0.buffer_pointers()
+    assert len(before) >= 15
+    frames, state, noise = observation(8)
+    pi0.infer(frames, state, 'grasp', noise=noise)
+    pi0.infer(observation(9, ((1080, 1920, 3), (10, 20, 3)))[0], state, 'release')
+    pi0.infer_batch([(frames, state, 'grasp'), (frames, state, 'push', [1, 2])])
+    assert pi0.buffer_pointers() == before
+
+
+def test_batch_equals_single_calls():
+    pi0 = make_engine(max_batch=4)
+    observations = [observation(seed) for seed in (10, 11, 12)]
+    instructions = ['grasp', 'push the block', 'grasp']
+    batch = pi0.infer_batch([(f, s, text, None, n) for (f, s, n), text in
+                             zip(observations, instructions)])
+    assert len(batch) == 3
+    single = make_engine()
+    for result, (frames, state, noise), text in zip(batch, observations, instructions):
+        expected = single.infer(frames, state, text, noise=noise).actions
+        np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_limits():
+    pi0 = make_engine(max_batch=2)
+    frames, state, _ = observation(13)
+    with pytest.raises(InputError, match='max_batch'):
+        pi0.infer_batch([(frames, state, 'a')] * 3)
+    with pytest.raises(InputError, match='at least one'):
+        pi0.infer_batch([])
+
+
+def test_non_finite_chunk_raises():
+    pi0 = make_engine()
+    frames, state, noise = observation(14)
+    pi0.weights.action_out_b[0] = float('nan')
+    with pytest.raises(NonFiniteOutputError):
+        pi0.infer(frames, state, 'grasp', noise=noise)
+
+
+def test_overflowing_unnormalization_raises():
+    pi0 = Pi0Engine.random(DIMS, state_dim=6, action_dim=5, num_cameras=2, options=CPU,
+                           action_std=np.full(5, 3e38, np.float32))
+    frames, state, noise = observation(15)
+    with pytest.raises(NonFiniteOutputError):
+        pi0.infer(frames, state, 'grasp', noise=noise * 10)
+
+
+def test_closed_engine_refuses_work():
+    pi0 = make_engine()
+    pi0.close()
+    pi0.close()
+    frames, state, _ = observation(16)
+    with pytest.raises(EngineError, match='closed'):
+        pi0.infer(frames, state, 'grasp')
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match='precision'):
+        EngineOptions(precision='int8')
+    with pytest.raises(ValueError, match='device'):
+        EngineOptions(device='tpu')
+    with pytest.raises(ValueError, match='max_batch'):
+        EngineOptions(max_batch=0)
+    with pytest.raises(ValueError, match='num_kv_heads'):
+        ModelDims(num_kv_heads=2)
+
+
+def test_full_dims_are_pi0():
+    full = ModelDims.full()
+    assert (full.vision_width, full.vision_depth, full.vision_mlp_dim, full.patch_size) == \
+        (1152, 27, 4304, 14)
+    assert (full.prefix_width, full.prefix_depth, full.prefix_mlp_dim) == (2048, 18, 16384)
+    assert (full.expert_width, full.expert_depth, full.expert_mlp_dim) == (1024, 18, 4096)
+    assert (full.head_dim, full.prefix_heads, full.num_kv_heads, full.vocab_size) == \
+        (256, 8, 1, 257152)
+    assert (full.chunk_size, full.num_steps, full.tokenizer_max_length, full.image_size) == \
+        (50, 10, 48, 224)
+    assert full.tokens_per_image == 256
