@@ -4,6 +4,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
                              validate_trajectory)
@@ -54,9 +55,11 @@ def check_plan(planner, points):
     assert (high <= LIMITS.position_upper + 1e-12).all()
 
 
-def test_whole_scenario_at_50_hz():
+@pytest.mark.parametrize('temporal_ensembling', [False, True])
+def test_whole_scenario_at_50_hz(temporal_ensembling):
     rng = np.random.default_rng(7)
-    planner = ChunkPlanner(PlannerConfig(control_period=PERIOD), LIMITS)
+    config = PlannerConfig(control_period=PERIOD, temporal_ensembling=temporal_ensembling)
+    planner = ChunkPlanner(config, LIMITS)
     planner.reset(np.zeros(NUM_JOINTS), 0.0)
     planner.set_enabled(True)
     results = {}
