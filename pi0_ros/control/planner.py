@@ -25,17 +25,25 @@ their points and a jittered tick does not break the braking invariant below):
   on constant-velocity references), with its approach speed bounded so that it can stop at the
   target (a far target is approached at bounded speed and acceleration without overshoot).
 * Holding (hold reason, disabled, e-stop): velocity is reduced by max_acceleration * h per point
-  until it is zero, then the position stays. A hold discards the chunks it interrupts; motion
-  resumes only with a chunk added afterwards.
+  until it is zero, then the position stays (the e-stop is thus a controlled stop, latched until
+  clear_estop()). A hold discards the chunks it interrupts; motion resumes only with a chunk
+  added afterwards. When the chunks run out ('chunk exhausted') the reference stays at the last
+  action, so the arm settles there.
+* Joints are limited independently: when a limit binds on some joints only, the joint-space path
+  deviates from the chunk's until the tracker catches up.
 
 Reference: the newest chunk is blended into the previous reference over blend_duration from its
 arrival with a C2 smootherstep weight (position, velocity and acceleration continuous at the
 seam). With temporal_ensembling, the chunks covering a time are averaged with ACT weights
-exp(-ensembling_decay * i), i = 0 for the oldest, each ramped in by the same weight.
+exp(-ensembling_decay * i), i = 0 for the oldest, each ramped in by the same weight; a chunk
+leaves the average at its last action's time (a small step of the reference that the tracker's
+limits smooth). At most MAX_REFERENCE_SEGMENTS blends are kept; beyond, the oldest is dropped.
 
 Time: `now` is always passed in (ROS clock). If it goes backwards (sim time reset), the planner
-treats it as a reset at the commanded position: chunks are dropped, velocity set to zero, and it
-holds ('clock jumped backwards') until a chunk stamped on the new time base arrives.
+treats it as a reset at the commanded position: chunks are dropped, velocity set to zero (no
+motion can be continued across a time reset), and it holds ('clock jumped backwards') until a
+chunk stamped on the new time base arrives. A jump forward past the published plan finds the
+arm stopped at the plan's last point, as the controller leaves it.
 """
 from dataclasses import dataclass
 import enum
