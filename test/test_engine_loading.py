@@ -132,7 +132,10 @@ def test_openpi_key_names_are_accepted(checkpoint, copy):
     renamed = {}
     for key, value in tensors.items():
         key = key.removeprefix('model.').replace('action_time_mlp_', 'time_mlp_')
-        if not key.endswith('language_model.embed_tokens.weight'):
+        if key.endswith('language_model.embed_tokens.weight'):
+            # Real PaliGemma files tie the head to the embedding; keep only the head.
+            renamed['paligemma_with_expert.paligemma.lm_head.weight'] = value.contiguous()
+        elif not key.endswith('paligemma.lm_head.weight'):
             renamed[key] = value.contiguous()
     save_file(renamed, str(copy / 'model.safetensors'))
     frames = [np.full((50, 60, 3), 7, np.uint8), np.full((70, 30, 3), 200, np.uint8)]
