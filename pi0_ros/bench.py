@@ -1,0 +1,335 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Benchmark Pi0Engine against LeRobot's PI0Policy (same process, device and weights).
+
+python -m pi0_ros.bench --dims full --precision auto --batches 1,2,4,8 --out reports/bench
+Writes bench.json and PNG plots into --out; prints a summary table.
+"""
+import argparse
+import gc
+import json
+import os
+from pathlib import Path
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+
+from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+from pi0_ros.engine.loading import NormStats
+from pi0_ros.engine.tokenizer import build_builtin_tokenizer
+
+INSTRUCTION = 'pick up the red block and put it in the bowl'
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog='pi0-ros-bench', description=__doc__.splitlines()[0])
+    parser.add_argument('--dims', choices=('tiny', 'full'), default='tiny')
+    parser.add_argument('--precision', choices=('auto', 'fp32', 'bf16', 'fp16'), default='auto')
+    parser.add_argument('--device', default='auto', help="'auto', 'cpu', 'cuda' or 'cuda:N'")
+    parser.add_argument('--batches', default='1', help='comma-separated batch sizes to sweep')
+    parser.add_argument('--iters', type=int, default=50, help='timed calls per batch size')
+    parser.add_argument('--warmup-iters', type=int, default=3)
+    parser.add_argument('--lerobot-iters', type=int, default=20)
+    parser.add_argument('--cameras', type=int, default=3)
+    parser.add_argument('--frame', default='480x640', help='camera frame size HxW')
+    parser.add_argument('--state-dim', type=int, default=14)
+    parser.add_argument('--action-dim', type=int, default=14)
+    parser.add_argument('--no-cuda-graphs', action='store_true')
+    parser.add_argument('--skip-lerobot', action='store_true')
+    parser.add_argument('--check', action='store_true',
+                        help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
+    parser.add_argument('--out', default='reports/bench')
+    return parser.parse_args(argv)
+
+
+def percentiles(values) -> dict:
+    """p50/p90/p99/mean/min of a list of milliseconds."""
+    array = np.asarray(values, dtype=np.float64)
+    return {'p50': float(np.percentile(array, 50)), 'p90': float(np.percentile(array, 90)),
+            'p99': float(np.percentile(array, 99)), 'mean': float(array.mean()),
+            'min': float(array.min()), 'n': int(array.size)}
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (no-op on the CPU)."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def make_frames(args, count: int, seed: int) -> list:
+    """`count` observations' worth of random uint8 frames."""
+    height, width = (int(v) for v in args.frame.lower().split('x'))
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+             for _ in range(args.cameras)] for _ in range(count)]
+
+
+def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
+    """Latency of infer / infer_batch with new frames every call (no vision cache hits)."""
+    pool = make_frames(args, 4 * batch, seed=batch)
+    rng = np.random.default_rng(batch)
+    states = rng.normal(size=(4 * batch, engine.state_dim)).astype(np.float32)
+    latencies, stages = [], {key: [] for key in ('preprocess', 'vision', 'prefix', 'denoise')}
+    for index in range(args.warmup_iters + iters):
+        picks = [(index * batch + k) % len(pool) for k in range(batch)]
+        start = time.perf_counter()
+        if batch == 1:
+            results = [engine.infer(pool[picks[0]], states[picks[0]], INSTRUCTION)]
+        else:
+            results = engine.infer_batch([(pool[p], states[p], INSTRUCTION) for p in picks])
+        elapsed = (time.perf_counter() - start) * 1e3
+        if index >= args.warmup_iters:
+            latencies.append(elapsed)
+            for key in stages:
+                stages[key].append(results[0].timings_ms[key])
+    summary = percentiles(latencies)
+    summary['chunks_per_s'] = 1e3 * batch / summary['p50']
+    summary['stages_p50_ms'] = {key: float(np.median(v)) for key, v in stages.items()}
+    summary['latencies_ms'] = latencies
+    return summary
+
+
+def engine_options(args, max_batch: int) -> EngineOptions:
+    """Options shared by every engine the benchmark builds."""
+    return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
+                         cuda_graphs=not args.no_cuda_graphs)
+
+
+def bench_engine(args, dims: ModelDims, batches: list) -> dict:
+    """Start-up time, latency per batch size and peak memory of a random-weight engine."""
+    device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available()
+                          else ('cpu' if args.device == 'auto' else args.device))
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    start = time.perf_counter()
+    engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
+                              num_cameras=args.cameras, options=engine_options(args,
+                                                                               max(batches)))
+    synchronize(engine.device)
+    built = time.perf_counter()
+    engine.warmup()
+    synchronize(engine.device)
+    ready = time.perf_counter()
+    report = {'device': str(engine.device), 'dtype': str(engine.dtype).replace('torch.', ''),
+              'build_s': built - start, 'warmup_s': ready - built, 'startup_s': ready - start,
+              'parameters': int(sum(t.numel() for t in engine.weights.tensors())),
+              'batches': {}}
+    for batch in batches:
+        report['batches'][str(batch)] = time_engine(engine, args, batch, args.iters)
+        print(f"  engine batch {batch}: p50 {report['batches'][str(batch)]['p50']:.2f} ms",
+              flush=True)
+    if engine.device.type == 'cuda':
+        report['peak_memory_gib'] = (torch.cuda.max_memory_allocated(engine.device) - base) \
+            / 2 ** 30
+    report['stats'] = engine.stats
+    engine.close()
+    del engine
+    gc.collect()
+    return report
+
+
+def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
+                                max_batch: int = 1) -> Pi0Engine:
+    """Our engine over a LeRobot policy's live weights (identity normalization stats)."""
+    from pi0_ros.engine.lerobot_reference import lerobot_tensor_getter
+    options = EngineOptions(precision=precision, device=args.device, max_batch=max_batch,
+                            cuda_graphs=not args.no_cuda_graphs)
+    return Pi0Engine(lerobot_tensor_getter(policy), dims, state_dim=args.state_dim,
+                     action_dim=args.action_dim, num_cameras=args.cameras, options=options,
+                     state_stats=NormStats.identity(args.state_dim),
+                     action_stats=NormStats.identity(args.action_dim),
+                     tokenizer=build_builtin_tokenizer())
+
+
+def lerobot_setup(args, dims: ModelDims, dtype: str):
+    """A LeRobot PI0Policy (random, built on the device) and identity-stat processors."""
+    from pi0_ros.engine.lerobot_reference import build_lerobot_policy, make_lerobot_processors
+    device = 'cuda' if args.device == 'auto' and torch.cuda.is_available() else (
+        'cpu' if args.device == 'auto' else args.device)
+    policy = build_lerobot_policy(dims, state_dim=args.state_dim, action_dim=args.action_dim,
+                                  num_cameras=args.cameras, device=device, dtype=dtype)
+    zeros = {'mean': np.zeros(args.state_dim, np.float32),
+             'std': np.ones(args.state_dim, np.float32)}
+    action = {'mean': np.zeros(args.action_dim, np.float32),
+              'std': np.ones(args.action_dim, np.float32)}
+    pre, post = make_lerobot_processors(policy, build_builtin_tokenizer(), zeros, action)
+    return policy, pre, post
+
+
+def bench_lerobot(args, dims: ModelDims) -> dict:
+    """LeRobot predict_action_chunk vs our engine on the same weights, batch 1."""
+    from pi0_ros.engine.lerobot_reference import lerobot_batch
+    half = args.precision in ('bf16', 'fp16') or (args.precision == 'auto'
+                                                   and torch.cuda.is_available()
+                                                   and args.device != 'cpu')
+    policy, pre, post = lerobot_setup(args, dims, 'bfloat16' if half else 'float32')
+    device = next(policy.parameters()).device
+    frames = make_frames(args, 4, seed=99)
+    state = np.zeros(args.state_dim, np.float32)
+    batches = [pre(lerobot_batch(f, state, INSTRUCTION, device)) for f in frames]
+    latencies = []
+    with torch.no_grad():
+        for index in range(args.warmup_iters + args.lerobot_iters):
+            synchronize(device)
+            start = time.perf_counter()
+            policy.predict_action_chunk(batches[index % len(batches)])
+            synchronize(device)
+            if index >= args.warmup_iters:
+                latencies.append((time.perf_counter() - start) * 1e3)
+    lerobot = percentiles(latencies)
+    lerobot['latencies_ms'] = latencies
+    lerobot['dtype'] = 'bfloat16' if half else 'float32'
+    print(f"  lerobot batch 1: p50 {lerobot['p50']:.2f} ms", flush=True)
+    engine = identity_engine_from_policy(policy, dims, args, args.precision)
+    engine.warmup()
+    ours = time_engine(engine, args, 1, args.iters)
+    print(f"  engine (same weights) batch 1: p50 {ours['p50']:.2f} ms", flush=True)
+    engine.close()
+    del policy, engine, batches
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+    return {'lerobot': lerobot, 'engine_same_weights': ours,
+            'speedup_p50': lerobot['p50'] / ours['p50']}
+
+
+def equivalence_check(args, dims: ModelDims) -> dict:
+    """Our chunk at each precision vs LeRobot fp32 on identical inputs and noise."""
+    from pi0_ros.engine.lerobot_reference import lerobot_predict
+    policy, pre, post = lerobot_setup(args, dims, 'float32')
+    rng = np.random.default_rng(5)
+    frames = make_frames(args, 1, seed=5)[0]
+    state = rng.normal(size=args.state_dim).astype(np.float32)
+    noise = rng.normal(size=(dims.chunk_size, dims.max_action_dim)).astype(np.float32)
+    reference = lerobot_predict(policy, pre, post, frames, state, INSTRUCTION, noise)
+    results = {}
+    for precision in ('fp32', 'bf16', 'fp16'):
+        engine = identity_engine_from_policy(policy, dims, args, precision)
+        engine.warmup()
+        actions = engine.infer(frames, state, INSTRUCTION, noise=noise).actions
+        engine.close()
+        del engine
+        gc.collect()
+        max_abs = float(np.abs(actions - reference).max())
+        results[precision] = {
+            'cosine': float((actions * reference).sum()
+                            / (np.linalg.norm(actions) * np.linalg.norm(reference))),
+            'max_abs': max_abs, 'relative_max': max_abs / float(np.abs(reference).max())}
+        print(f"  check {precision}: cosine {results[precision]['cosine']:.6f} "
+              f"max-abs {max_abs:.3e} rel {results[precision]['relative_max']:.3e}", flush=True)
+    results['reference_max_abs'] = float(np.abs(reference).max())
+    del policy
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return results
+
+
+def plot(report: dict, out: Path) -> list:
+    """PNG plots: latency CDF per batch, stage breakdown, batch sweep, engine vs LeRobot."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    written = []
+    batches = report['engine']['batches']
+    figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for batch, data in batches.items():
+        values = np.sort(data['latencies_ms'])
+        axes[0].plot(values, np.linspace(0, 1, len(values)), label=f'batch {batch}')
+    axes[0].set_xlabel('latency per call (ms)')
+    axes[0].set_ylabel('fraction of calls')
+    axes[0].set_title('Pi0Engine latency CDF')
+    axes[0].legend()
+    names = list(batches)
+    bottom = np.zeros(len(names))
+    for stage in ('preprocess', 'vision', 'prefix', 'denoise'):
+        heights = np.array([batches[n]['stages_p50_ms'][stage] for n in names])
+        axes[1].bar(names, heights, bottom=bottom, label=stage)
+        bottom += heights
+    axes[1].set_xlabel('batch size')
+    axes[1].set_ylabel('median stage time (ms)')
+    axes[1].set_title('stages')
+    axes[1].legend()
+    axes[2].plot([int(n) for n in names], [batches[n]['chunks_per_s'] for n in names], 'o-')
+    axes[2].set_xlabel('batch size')
+    axes[2].set_ylabel('chunks / s (at p50)')
+    axes[2].set_title('batch sweep')
+    figure.suptitle(f"{report['config']['dims']} dims, {report['engine']['dtype']}, "
+                    f"{report['engine']['device']}")
+    figure.tight_layout()
+    path = out / 'engine.png'
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    written.append(path)
+    if 'comparison' in report:
+        comparison = report['comparison']
+        figure, axis = plt.subplots(figsize=(6, 4.5))
+        labels = ['LeRobot', 'Pi0Engine']
+        values = [comparison['lerobot']['p50'], comparison['engine_same_weights']['p50']]
+        axis.bar(labels, values, color=['tab:gray', 'tab:blue'])
+        for x, value in enumerate(values):
+            axis.text(x, value, f'{value:.1f} ms', ha='center', va='bottom')
+        axis.set_ylabel('p50 latency, batch 1 (ms)')
+        axis.set_title(f"same weights: {comparison['speedup_p50']:.1f}x faster")
+        figure.tight_layout()
+        path = out / 'vs_lerobot.png'
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    """Entry point of `python -m pi0_ros.bench`, `pi0-ros-bench` and scripts/bench."""
+    args = parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()
+    batches = sorted({int(b) for b in args.batches.split(',') if b.strip()})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {'config': vars(args),
+              'environment': {'python': sys.version.split()[0], 'torch': torch.__version__,
+                              'platform': platform.platform(), 'cpu_count': os.cpu_count(),
+                              'gpu': torch.cuda.get_device_name() if torch.cuda.is_available()
+                              else None}}
+    print(f'[bench] engine: dims {args.dims}, batches {batches}', flush=True)
+    report['engine'] = bench_engine(args, dims, batches)
+    if not args.skip_lerobot:
+        print('[bench] LeRobot comparison (same weights)', flush=True)
+        report['comparison'] = bench_lerobot(args, dims)
+    if args.check:
+        print('[bench] equivalence check vs LeRobot fp32', flush=True)
+        report['check'] = equivalence_check(args, dims)
+    report['plots'] = [str(p) for p in plot(report, out)]
+    with open(out / 'bench.json', 'w', encoding='utf-8') as stream:
+        json.dump(report, stream, indent=1)
+    engine = report['engine']
+    print(f"\nPi0Engine {args.dims} {engine['dtype']} on {engine['device']}: startup "
+          f"{engine['startup_s']:.1f} s (build {engine['build_s']:.1f} s, warmup "
+          f"{engine['warmup_s']:.1f} s)" + (f", peak {engine['peak_memory_gib']:.2f} GiB"
+                                            if 'peak_memory_gib' in engine else ''))
+    print(f"{'batch':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'chunks/s':>9}  "
+          'stages p50 (pre/vis/prefix/denoise)')
+    for batch, data in engine['batches'].items():
+        stages = '/'.join(f"{data['stages_p50_ms'][k]:.2f}" for k in
+                          ('preprocess', 'vision', 'prefix', 'denoise'))
+        print(f"{batch:>5} {data['p50']:8.2f} {data['p90']:8.2f} {data['p99']:8.2f} "
+              f"{data['chunks_per_s']:9.1f}  {stages}")
+    if 'comparison' in report:
+        comparison = report['comparison']
+        print(f"LeRobot ({comparison['lerobot']['dtype']}) p50 {comparison['lerobot']['p50']:.2f}"
+              f" ms vs engine {comparison['engine_same_weights']['p50']:.2f} ms: "
+              f"{comparison['speedup_p50']:.1f}x")
+    print(f'wrote {out / "bench.json"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
