@@ -100,7 +100,11 @@ def engine_options(args, max_batch: int) -> EngineOptions:
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:
-    """Start-up time, latency per batch size and peak memory of a random-weight engine."""
+    """Start-up time, latency per batch size and peak memory of a random-weight engine.
+
+    The engine is built for max(batches); start-up and peak memory therefore include every
+    batch bucket's buffers and graphs (run with --batches 1 for the batch-1 node set-up).
+    """
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available()
                           else ('cpu' if args.device == 'auto' else args.device))
     if device.type == 'cuda':
@@ -299,8 +303,14 @@ def main(argv=None) -> int:
                               'platform': platform.platform(), 'cpu_count': os.cpu_count(),
                               'gpu': torch.cuda.get_device_name() if torch.cuda.is_available()
                               else None}}
-    print(f'[bench] engine: dims {args.dims}, batches {batches}', flush=True)
-    report['engine'] = bench_engine(args, dims, batches)
+    print(f'[bench] engine: dims {args.dims}, batch 1 (as the node runs it)', flush=True)
+    report['engine'] = bench_engine(args, dims, [1])
+    if batches != [1]:
+        print(f'[bench] engine batch sweep {batches}', flush=True)
+        sweep = bench_engine(args, dims, batches)
+        report['engine_sweep'] = sweep
+        report['engine']['batches'].update({k: v for k, v in sweep['batches'].items()
+                                            if k != '1'})
     if not args.skip_lerobot:
         print('[bench] LeRobot comparison (same weights)', flush=True)
         report['comparison'] = bench_lerobot(args, dims)
@@ -315,6 +325,11 @@ def main(argv=None) -> int:
           f"{engine['startup_s']:.1f} s (build {engine['build_s']:.1f} s, warmup "
           f"{engine['warmup_s']:.1f} s)" + (f", peak {engine['peak_memory_gib']:.2f} GiB"
                                             if 'peak_memory_gib' in engine else ''))
+    if 'engine_sweep' in report:
+        sweep = report['engine_sweep']
+        print(f"sweep engine (max_batch {max(batches)}): startup {sweep['startup_s']:.1f} s"
+              + (f", peak {sweep['peak_memory_gib']:.2f} GiB" if 'peak_memory_gib' in sweep
+                 else ''))
     print(f"{'batch':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'chunks/s':>9}  "
           'stages p50 (pre/vis/prefix/denoise)')
     for batch, data in engine['batches'].items():

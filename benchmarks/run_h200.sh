@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+# GPU run for the device tool (one H200): GPU tests, full-size equivalence check, benchmark.
+# Usage (device tool, carry ['.whl']): bash benchmarks/run_h200.sh
+# Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
+set -o pipefail
+OUT=${OUT:-reports/h200}
+mkdir -p "$OUT/bench_full"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transformers.__version__)'
+# conftest.py needs rclpy (not on the GPU machine); the engine tests need none of it.
+python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py -q -s \
+  2>&1 | tee "$OUT/gpu_tests.log"
+python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}" \
+  --iters "${ITERS:-100}" --check --out "$OUT/bench_full" 2>&1 | tee "$OUT/bench_full.log"

@@ -1,0 +1,149 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Pi0Engine on CUDA: no steady-state allocation, graphs equal eager, LeRobot equivalence.
+
+Skipped without CUDA; run through the device tool (benchmarks/run_h200.sh).
+"""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+
+pytestmark = pytest.mark.gpu
+DIMS = ModelDims.tiny()
+
+
+def make_engine(**options) -> Pi0Engine:
+    options.setdefault('device', 'cuda')
+    return Pi0Engine.random(DIMS, state_dim=7, action_dim=7, num_cameras=3, seed=2,
+                            options=EngineOptions(**options))
+
+
+def observation(seed: int, shape=(480, 640, 3)):
+    rng = np.random.default_rng(seed)
+    frames = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(3)]
+    state = rng.normal(size=7).astype(np.float32)
+    noise = rng.normal(size=(DIMS.chunk_size, DIMS.max_action_dim)).astype(np.float32)
+    return frames, state, noise
+
+
+def allocation_counts(device) -> dict:
+    stats = torch.cuda.memory_stats(device)
+    return {key: stats.get(key, 0) for key in ('allocation.all.allocated',
+                                               'segment.all.allocated',
+                                               'requested_bytes.all.allocated')}
+
+
+@pytest.mark.parametrize('precision', ['bf16', 'fp16', 'fp32'])
+def test_steady_state_allocates_nothing(precision):
+    pi0 = make_engine(precision=precision, max_batch=2)
+    pi0.warmup()
+    frames, state, noise = observation(0)
+    other_frames = observation(1)[0]
+    keys = [(1, 'a'), (1, 'b'), (1, 'c')]
+    # First sight of each frame size and instruction may allocate (resize plans, tokenizer).
+    pi0.infer(frames, state, 'grasp', noise=noise)
+    pi0.infer(frames, state, 'push', frame_keys=keys)
+    pi0.infer_batch([(frames, state, 'grasp'), (other_frames, state, 'push')])
+    torch.cuda.synchronize()
+    before = allocation_counts(pi0.device)
+    for index in range(6):
+        pi0.infer(other_frames if index % 2 else frames, state, 'grasp')
+        pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+        pi0.infer(frames, state, 'push' if index % 2 else 'grasp')
+        pi0.infer_batch([(frames, state, 'grasp'), (other_frames, state, 'push')])
+    torch.cuda.synchronize()
+    assert allocation_counts(pi0.device) == before
+    assert pi0.stats['vision_cache_hits'] >= 18
+
+
+def test_graphs_equal_eager():
+    graphs = make_engine(precision='fp32', cuda_graphs=True)
+    eager = make_engine(precision='fp32', cuda_graphs=False)
+    graphs.warmup()
+    for seed in (3, 4):
+        frames, state, noise = observation(seed)
+        a = graphs.infer(frames, state, 'grasp', noise=noise).actions
+        b = eager.infer(frames, state, 'grasp', noise=noise).actions
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert len(graphs._graphs) >= 5
+
+
+def test_gpu_matches_cpu_fp32():
+    gpu = make_engine(precision='fp32')
+    cpu = make_engine(precision='fp32', device='cpu')
+    frames, state, noise = observation(5, shape=(720, 1280, 3))
+    a = gpu.infer(frames, state, 'open the drawer', noise=noise).actions
+    b = cpu.infer(frames, state, 'open the drawer', noise=noise).actions
+    assert np.abs(a - b).max() / np.abs(b).max() <= 1e-4
+
+
+def test_cached_vision_equals_uncached_on_gpu():
+    pi0 = make_engine(precision='bf16')
+    frames, state, noise = observation(6)
+    keys = [(7, 'a'), (7, 'b'), (7, 'c')]
+    first = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+    cached = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+    assert cached.vision_cache_hits == 3
+    np.testing.assert_array_equal(cached.actions, first.actions)
+
+
+def test_batch_buckets_match_single_calls():
+    pi0 = make_engine(precision='fp32', max_batch=4)
+    single = make_engine(precision='fp32')
+    pi0.warmup()
+    observations = [observation(seed) for seed in (8, 9, 10)]
+    results = pi0.infer_batch([(f, s, 'grasp', None, n) for f, s, n in observations])
+    for result, (frames, state, noise) in zip(results, observations):
+        expected = single.infer(frames, state, 'grasp', noise=noise).actions
+        np.testing.assert_allclose(result.actions, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_warmup_and_infer_on_a_worker_thread():
+    """The node captures and replays graphs on its one worker thread."""
+    pi0 = make_engine(precision='bf16')
+    frames, state, noise = observation(11)
+    outcome = {}
+
+    def work():
+        pi0.warmup()
+        outcome['actions'] = pi0.infer(frames, state, 'grasp', noise=noise).actions
+
+    worker = threading.Thread(target=work, name='pi0-worker')
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    assert outcome['actions'].shape == (DIMS.chunk_size, 7)
+    np.testing.assert_array_equal(pi0.infer(frames, state, 'grasp', noise=noise).actions,
+                                  outcome['actions'])
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16', 'fp16'])
+def test_matches_lerobot_on_gpu(precision):
+    from pi0_ros.bench import identity_engine_from_policy, INSTRUCTION
+    from pi0_ros.engine.lerobot_reference import build_lerobot_policy, lerobot_predict
+    from pi0_ros.engine.lerobot_reference import make_lerobot_processors
+    from pi0_ros.engine.tokenizer import build_builtin_tokenizer
+
+    class Args:
+        state_dim, action_dim, cameras, device, no_cuda_graphs = 7, 7, 3, 'cuda', False
+
+    policy = build_lerobot_policy(DIMS, state_dim=7, action_dim=7, num_cameras=3,
+                                  device='cuda', seed=4)
+    identity = {'mean': np.zeros(7, np.float32), 'std': np.ones(7, np.float32)}
+    pre, post = make_lerobot_processors(policy, build_builtin_tokenizer(), identity, identity)
+    frames, state, noise = observation(12)
+    expected = lerobot_predict(policy, pre, post, frames, state, INSTRUCTION, noise)
+    pi0 = identity_engine_from_policy(policy, DIMS, Args, precision)
+    pi0.warmup()
+    actions = pi0.infer(frames, state, INSTRUCTION, noise=noise).actions
+    max_abs = np.abs(actions - expected).max()
+    cos = (actions * expected).sum() / (np.linalg.norm(actions) * np.linalg.norm(expected))
+    print(f'gpu tiny {precision}: cosine {cos:.6f} max-abs {max_abs:.3e}')
+    if precision == 'fp32':
+        assert max_abs / np.abs(expected).max() <= 1e-4
+    else:
+        assert cos >= 0.999
