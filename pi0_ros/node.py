@@ -8,6 +8,7 @@ the engine. Subscription callbacks only convert, validate and store; inference r
 thread; commands are published by a fixed-rate timer in its own callback group.
 """
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -61,12 +62,17 @@ _OUTPUT_STATES = {
 
 def build_engine(settings):
     """Build the engine the parameters ask for (called on the worker thread)."""
+    import torch
+
     from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
     options = EngineOptions(precision=settings.precision, device=settings.device, max_batch=1,
                             max_frame_height=settings.max_image_height,
                             max_frame_width=settings.max_image_width)
     joints = len(settings.joint_names)
     cameras = len(settings.camera_names)
+    if settings.device == 'cpu' or (settings.device == 'auto' and not torch.cuda.is_available()):
+        # Leave a core to the executor: the control timer must keep its rate while inferring.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     if settings.checkpoint:
         engine = Pi0Engine.from_pretrained(settings.checkpoint,
                                            tokenizer_path=settings.tokenizer or None,
@@ -211,7 +217,9 @@ class Pi0ControlNode(LifecycleNode):
         self._joint_mapper = JointStateMapper(joints)
         self._gpu = diagnostics.GpuTelemetry(None)
 
-        inputs = MutuallyExclusiveCallbackGroup()
+        # Joint states never wait behind a camera frame; each camera converts on its own.
+        joint_group = MutuallyExclusiveCallbackGroup()
+        commands_group = MutuallyExclusiveCallbackGroup()
         output = MutuallyExclusiveCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
 
@@ -227,15 +235,15 @@ class Pi0ControlNode(LifecycleNode):
             self._entities.append(self.create_subscription(
                 msg_type, topic,
                 lambda msg, i=index, n=name: self.image_callback(i, n, msg),
-                camera_qos, callback_group=inputs))
+                camera_qos, callback_group=MutuallyExclusiveCallbackGroup()))
         self._entities += [
             self.create_subscription(JointState, 'joint_states', self.joint_state_callback,
                                      sensor_qos(settings.joint_state_reliability),
-                                     callback_group=inputs),
+                                     callback_group=joint_group),
             self.create_subscription(String, 'instruction', self.instruction_callback, LATCHED,
-                                     callback_group=inputs),
+                                     callback_group=commands_group),
             self.create_subscription(Bool, '~/estop', self.estop_callback, LATCHED,
-                                     callback_group=inputs),
+                                     callback_group=commands_group),
             self.create_service(SetBool, '~/enable', self.enable_callback,
                                 callback_group=reports),
         ]
@@ -428,14 +436,15 @@ class Pi0ControlNode(LifecycleNode):
             self._planner.reset(latest_joint[1], now)
             self._planner.set_enabled(True)
             self._planner_initialized = True
-        for result in results:
-            self._accept_chunk(result, now)
+        # Mode changes first, so a chunk arriving on the tick that enables the output is kept.
         if estop:
             if self._planner.state is not PlannerState.ESTOP:
                 self._planner.estop()
         elif self._planner.state is PlannerState.ESTOP:
             self._planner.clear_estop()
         self._planner.set_enabled(enabled)
+        for result in results:
+            self._accept_chunk(result, now)
         points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                            joint_state_time))
         self._output_rate.tick(time.monotonic())
@@ -615,9 +624,12 @@ class Pi0ControlNode(LifecycleNode):
 
 def main(args=None):
     """Run the control node; exit code 1 if it cannot be configured."""
+    # Hand the GIL over sooner (default 5 ms), so the control timer is not held up by the
+    # Python-level work of the inference thread.
+    sys.setswitchinterval(0.001)
     rclpy.init(args=args)
     node = None
-    executor = MultiThreadedExecutor(num_threads=3)
+    executor = MultiThreadedExecutor(num_threads=4)
     exit_code = 0
     try:
         node = Pi0ControlNode()

@@ -99,8 +99,9 @@ SPECS = {
     'sync_queue_size': Spec(10, 'Messages kept per camera while matching', 1, 100),
     'joint_state_max_gap': Spec(0.1, 'Largest gap between joint states interpolated across, s',
                                 1e-3, 5.0),
-    'joint_state_max_extrapolation': Spec(0.05, 'How far past the newest joint state an '
-                                                'observation may be, s', 0.0, 5.0),
+    'joint_state_max_extrapolation': Spec(0.1, 'How far past the newest joint state an '
+                                               'observation may be (the newest is held), s',
+                                          0.0, 5.0),
     'observation_timeout': Spec(0.5, 'Hold the arm when the newest observation is older, s',
                                 0.01, 60.0, dynamic=True),
     'joint_state_timeout': Spec(0.25, 'Hold the arm when joint states are older, s', 0.01, 60.0,
