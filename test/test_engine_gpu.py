@@ -53,6 +53,7 @@ def test_steady_state_allocates_nothing(precision):
     for index in range(6):
         pi0.infer(other_frames if index % 2 else frames, state, 'grasp')
         pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+        pi0.infer(frames, state, 'grasp', frame_keys=keys)  # three cache hits
         pi0.infer(frames, state, 'push' if index % 2 else 'grasp')
         pi0.infer_batch([(frames, state, 'grasp'), (other_frames, state, 'push')])
     torch.cuda.synchronize()
@@ -73,8 +74,21 @@ def test_graphs_equal_eager():
 
 
 def test_gpu_matches_cpu_fp32():
-    gpu = make_engine(precision='fp32')
-    cpu = make_engine(precision='fp32', device='cpu')
+    """Same weights on both devices (random() draws per device, so share one tensor set)."""
+    from pi0_ros.engine.engine import random_lerobot_tensors
+    from pi0_ros.engine.loading import NormStats
+    from pi0_ros.engine.model import lerobot_parameter_shapes
+    from pi0_ros.engine.tokenizer import build_builtin_tokenizer
+    draw = random_lerobot_tensors(DIMS, torch.device('cpu'), 2)
+    tensors = {key: draw(key) for key in lerobot_parameter_shapes(DIMS)}
+
+    def on(device):
+        return Pi0Engine(tensors.__getitem__, DIMS, state_dim=7, action_dim=7, num_cameras=3,
+                         options=EngineOptions(device=device, precision='fp32'),
+                         state_stats=NormStats.identity(7), action_stats=NormStats.identity(7),
+                         tokenizer=build_builtin_tokenizer())
+
+    gpu, cpu = on('cuda'), on('cpu')
     frames, state, noise = observation(5, shape=(720, 1280, 3))
     a = gpu.infer(frames, state, 'open the drawer', noise=noise).actions
     b = cpu.infer(frames, state, 'open the drawer', noise=noise).actions

@@ -16,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from pi0_ros.engine import kernels
 from pi0_ros.engine.config import ModelDims
 
 
@@ -159,12 +160,14 @@ def euler_times(num_steps: int) -> list:
 
 
 def rope_tables(dims: ModelDims, length: int, device) -> tuple:
-    """cos/sin tables [length, head_dim] (float32) for positions 0..length-1 (HF Gemma RoPE)."""
+    """cos/sin [length, head_dim / 2] (float32) for positions 0..length-1 (HF Gemma RoPE).
+
+    HF builds cat(freqs, freqs); both halves are equal, so only one is kept.
+    """
     hd = dims.head_dim
     inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float()
                                           / hd))
     angle = torch.arange(length, dtype=torch.float32)[:, None] * inv_freq[None, :]
-    angle = torch.cat([angle, angle], dim=-1)
     return angle.cos().to(device), angle.sin().to(device)
 
 
@@ -184,6 +187,9 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
 
     d = dims
     v = VISION_PREFIX
+    # The embedding first: its float32 copy is the largest transient, best taken while the
+    # device holds nothing else of ours.
+    embed = cast(g(LANGUAGE_PREFIX + 'embed_tokens.weight'))
     vision_layers = []
     for i in range(d.vision_depth):
         p = f'{v}encoder.layers.{i}.'
@@ -239,14 +245,13 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     step_bias = time_emb @ in_w[:, we:].T + (in_w[:, :we] @ act_b + in_b)[None, :]
     out_scale = 1.0 + g(EXPERT_PREFIX + 'norm.weight')
     rope_cos, rope_sin = rope_tables(d, prefix_length + d.chunk_size + 1, device)
-    embed = g(LANGUAGE_PREFIX + 'embed_tokens.weight')
     return Pi0Weights(
         patch_w=cast(g(v + 'embeddings.patch_embedding.weight')),
         patch_b=cast(g(v + 'embeddings.patch_embedding.bias')),
         vision_pos=g(v + 'embeddings.position_embedding.weight').contiguous(),
         vision_layers=vision_layers,
         projector_w=cast(proj_w * post_w[None, :]), projector_b=cast(proj_b + proj_w @ post_b),
-        embed_tokens=cast(embed),
+        embed_tokens=embed,
         embed_scale=float(torch.tensor(d.prefix_width ** 0.5, dtype=f32).to(dtype)),
         prefix_layers=prefix_layers, expert_layers=expert_layers,
         state_w=g('state_proj.weight').contiguous(), state_b=g('state_proj.bias').contiguous(),
@@ -259,28 +264,6 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
         rope_cos=rope_cos, rope_sin=rope_sin)
 
 
-def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS normalization (scale folded elsewhere), float32 in and out."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE in float32; x [..., hd], cos/sin broadcastable [..., hd]."""
-    x = x.float()
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    c, s = cos[..., :half], sin[..., :half]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
-
-
-def _gelu_product(gate_up: torch.Tensor) -> torch.Tensor:
-    gate, up = gate_up.chunk(2, dim=-1)
-    if gate_up.dtype == torch.float16:
-        # fp16 has little headroom: form the product in float32 before the down projection.
-        return (F.gelu(gate.float(), approximate='tanh') * up.float()).to(torch.float16)
-    return F.gelu(gate, approximate='tanh') * up
-
-
 def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
                    out: torch.Tensor) -> None:
     """SigLIP tower + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,prefix_width]."""
@@ -288,19 +271,70 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     k = pixels.shape[0]
     width, heads = dims.vision_width, dims.vision_heads
     x = F.conv2d(pixels.to(dtype), w.patch_w, w.patch_b, stride=dims.patch_size)
-    x = x.flatten(2).transpose(1, 2).float() + w.vision_pos
+    x = (x.flatten(2).transpose(1, 2).float() + w.vision_pos).contiguous()
     n = x.shape[1]
+    stream = x.view(k * n, width)
+    normed = torch.empty(k * n, width, dtype=dtype, device=x.device)
+    pending = None
     for layer in w.vision_layers:
-        h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
-        qkv = F.linear(h, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
+        kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
+        qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
         q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k, n, width)
-        x = x + F.linear(a, layer.out_w, layer.out_b).float()
-        h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
-        h = F.gelu(F.linear(h, layer.fc1_w, layer.fc1_b), approximate='tanh')
-        x = x + F.linear(h, layer.fc2_w, layer.fc2_b).float()
-    h = F.layer_norm(x, (width,), eps=dims.layer_norm_eps).to(dtype)
-    out.copy_(F.linear(h, w.projector_w, w.projector_b))
+        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
+        kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
+                               dims.layer_norm_eps)
+        hidden = F.gelu(F.linear(normed, layer.fc1_w, layer.fc1_b), approximate='tanh')
+        pending = F.linear(hidden, layer.fc2_w, layer.fc2_b)
+    kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
+    out.copy_(F.linear(normed, w.projector_w, w.projector_b).view(k, n, -1))
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean mask (True = attend) -> additive mask (0 / -inf) in the attention dtype."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, float('-inf'))
+
+
+def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
+                 cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
+                 cache_v: torch.Tensor, start: int, mask: torch.Tensor, final_out=None):
+    """Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
+
+    Each layer writes its post-RoPE K and V for positions start..start+S into the cache and
+    attends over cache positions 0..start+S. A layer without out_w only writes K/V.
+    If final_out is given, it receives the last residual add + RMS normalization.
+    """
+    dtype = layers[0].qkv_w.dtype
+    b, seq, width = x.shape
+    rows = b * seq
+    hd = dims.head_dim
+    stream = x.view(rows, width)
+    normed = torch.empty(rows, width, dtype=dtype, device=x.device)
+    queries = torch.empty(rows, heads * hd, dtype=dtype, device=x.device)
+    pending = None
+    for index, layer in enumerate(layers):
+        kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
+        qkv = F.linear(normed, layer.qkv_w)
+        keys = cache_k[index, :b, 0, start:start + seq]
+        values = cache_v[index, :b, 0, start:start + seq]
+        if layer.out_w is None:
+            kernels.rope_qkv(qkv, cos, sin, None, keys, values, 0, hd)
+            return
+        kernels.rope_qkv(qkv, cos, sin, queries, keys, values, heads, hd)
+        # One KV head: fold the query heads into the query sequence (row = token * heads + h).
+        attended = F.scaled_dot_product_attention(
+            queries.view(b, 1, seq * heads, hd), cache_k[index, :b, :, :start + seq],
+            cache_v[index, :b, :, :start + seq], attn_mask=mask, scale=hd ** -0.5)
+        kernels.add_rms_norm(stream, F.linear(attended.view(rows, heads * hd), layer.out_w),
+                             normed, dims.rms_norm_eps)
+        gate_up = F.linear(normed, layer.gate_up_w)
+        hidden = torch.empty(rows, gate_up.shape[1] // 2, dtype=dtype, device=x.device)
+        kernels.gelu_mul(gate_up, hidden)
+        pending = F.linear(hidden, layer.down_w)
+    if final_out is not None:
+        kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
+    elif pending is not None:
+        stream.add_(pending)
 
 
 def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
@@ -310,31 +344,13 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     embeds [b,P,W] compute dtype; key_mask [b,1,1,P] bool (True = real token). Every token
     attends to every real token (prefix-LM: the prefix block is bidirectional).
     """
-    dtype = w.embed_tokens.dtype
     b, length, _ = embeds.shape
-    hd, heads = dims.head_dim, dims.prefix_heads
-    cos, sin = w.rope_cos[:length, None, :], w.rope_sin[:length, None, :]
-    x = embeds.float()
-    for index, layer in enumerate(w.prefix_layers):
-        h = _rms(x, dims.rms_norm_eps).to(dtype)
-        qkv = F.linear(h, layer.qkv_w)
-        if layer.out_w is None:
-            key = _rope(qkv[..., :hd].unsqueeze(2), cos, sin)
-            cache_k[index, :b, :, :length].copy_(key.transpose(1, 2))
-            cache_v[index, :b, :, :length].copy_(qkv[..., None, hd:].transpose(1, 2))
-            break
-        q = _rope(qkv[..., :heads * hd].view(b, length, heads, hd), cos, sin).to(dtype)
-        key = _rope(qkv[..., heads * hd:(heads + 1) * hd].unsqueeze(2), cos, sin).to(dtype)
-        val = qkv[..., (heads + 1) * hd:].unsqueeze(2)
-        cache_k[index, :b, :, :length].copy_(key.transpose(1, 2))
-        cache_v[index, :b, :, :length].copy_(val.transpose(1, 2))
-        # One KV head: fold the query heads into the query sequence (row = token * heads + h).
-        a = F.scaled_dot_product_attention(
-            q.view(b, 1, length * heads, hd), key.transpose(1, 2), val.transpose(1, 2),
-            attn_mask=key_mask, scale=hd ** -0.5)
-        x = x + F.linear(a.view(b, length, heads * hd), layer.out_w).float()
-        h = _rms(x, dims.rms_norm_eps).to(dtype)
-        x = x + F.linear(_gelu_product(F.linear(h, layer.gate_up_w)), layer.down_w).float()
+    x = embeds.to(torch.float32, copy=True)
+    cos = w.rope_cos[:length].repeat(b, 1)
+    sin = w.rope_sin[:length].repeat(b, 1)
+    mask = additive_mask(key_mask, w.embed_tokens.dtype)
+    _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
+                 mask)
 
 
 def suffix_attention_mask(dims: ModelDims, key_mask: torch.Tensor) -> torch.Tensor:
@@ -360,36 +376,23 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     noise [b,chunk,A] float32; state [b,max_state_dim] float32 (normalized, padded);
     prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions).
     """
-    dtype = w.embed_tokens.dtype
     b = noise.shape[0]
     length = key_mask.shape[-1]
-    hd, heads = dims.head_dim, dims.expert_heads
     suffix = dims.chunk_size + 1
     positions = prefix_valid[:, None] + torch.arange(suffix, device=noise.device)[None, :]
-    cos = w.rope_cos[positions][:, :, None, :]
-    sin = w.rope_sin[positions][:, :, None, :]
-    mask = suffix_attention_mask(dims, key_mask)
+    cos = w.rope_cos[positions.view(-1)]
+    sin = w.rope_sin[positions.view(-1)]
+    mask = additive_mask(suffix_attention_mask(dims, key_mask), w.embed_tokens.dtype)
     state_token = F.linear(state, w.state_w, w.state_b)[:, None, :]
+    normed = torch.empty(b, suffix, dims.expert_width, device=noise.device)
     _, dt = euler_times(dims.num_steps)
     x_t = noise
     for step in range(dims.num_steps):
         act = F.silu(F.linear(x_t, w.action_time_w) + w.step_bias[step])
         act = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
         x = torch.cat([state_token, act], dim=1)
-        for index, layer in enumerate(w.expert_layers):
-            h = _rms(x, dims.rms_norm_eps).to(dtype)
-            qkv = F.linear(h, layer.qkv_w)
-            q = _rope(qkv[..., :heads * hd].view(b, suffix, heads, hd), cos, sin).to(dtype)
-            key = _rope(qkv[..., heads * hd:(heads + 1) * hd].unsqueeze(2), cos, sin)
-            cache_k[index, :b, :, length:].copy_(key.transpose(1, 2))
-            cache_v[index, :b, :, length:].copy_(qkv[..., None, (heads + 1) * hd:]
-                                                 .transpose(1, 2))
-            a = F.scaled_dot_product_attention(
-                q.view(b, 1, suffix * heads, hd), cache_k[index, :b], cache_v[index, :b],
-                attn_mask=mask, scale=hd ** -0.5)
-            x = x + F.linear(a.view(b, suffix, heads * hd), layer.out_w).float()
-            h = _rms(x, dims.rms_norm_eps).to(dtype)
-            x = x + F.linear(_gelu_product(F.linear(h, layer.gate_up_w)), layer.down_w).float()
-        velocity = F.linear(_rms(x[:, 1:], dims.rms_norm_eps), w.action_out_w, w.action_out_b)
+        _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
+                     length, mask, final_out=normed)
+        velocity = F.linear(normed[:, 1:], w.action_out_w, w.action_out_b)
         x_t = x_t + dt * velocity
     out.copy_(x_t)
