@@ -295,6 +295,19 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         ~allowed, float('-inf'))
 
 
+def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+            mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Masked attention of [b,Q,hd] queries over one KV head [b,L,hd]; mask [b|1,Q|1,L].
+
+    Few queries over few keys: two batched GEMMs and a float32 softmax keep the whole GPU
+    busy, where fused attention kernels would run a handful of thread blocks (one per 64
+    queries of the single head).
+    """
+    scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(queries.dtype)
+    return torch.bmm(weights, values)
+
+
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, mask: torch.Tensor, final_out=None):
@@ -322,9 +335,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             return
         kernels.rope_qkv(qkv, cos, sin, queries, keys, values, heads, hd)
         # One KV head: fold the query heads into the query sequence (row = token * heads + h).
-        attended = F.scaled_dot_product_attention(
-            queries.view(b, 1, seq * heads, hd), cache_k[index, :b, :, :start + seq],
-            cache_v[index, :b, :, :start + seq], attn_mask=mask, scale=hd ** -0.5)
+        attended = _attend(queries.view(b, seq * heads, hd), cache_k[index, :b, 0, :start + seq],
+                           cache_v[index, :b, 0, :start + seq], mask, hd ** -0.5)
         kernels.add_rms_norm(stream, F.linear(attended.view(rows, heads * hd), layer.out_w),
                              normed, dims.rms_norm_eps)
         gate_up = F.linear(normed, layer.gate_up_w)
@@ -348,7 +360,7 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     x = embeds.to(torch.float32, copy=True)
     cos = w.rope_cos[:length].repeat(b, 1)
     sin = w.rope_sin[:length].repeat(b, 1)
-    mask = additive_mask(key_mask, w.embed_tokens.dtype)
+    mask = additive_mask(key_mask.view(b, 1, length), w.embed_tokens.dtype)
     _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
                  mask)
 
@@ -382,7 +394,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     positions = prefix_valid[:, None] + torch.arange(suffix, device=noise.device)[None, :]
     cos = w.rope_cos[positions.view(-1)]
     sin = w.rope_sin[positions.view(-1)]
-    mask = additive_mask(suffix_attention_mask(dims, key_mask), w.embed_tokens.dtype)
+    mask = additive_mask(suffix_attention_mask(dims, key_mask).squeeze(1), w.embed_tokens.dtype)
     state_token = F.linear(state, w.state_w, w.state_b)[:, None, :]
     normed = torch.empty(b, suffix, dims.expert_width, device=noise.device)
     _, dt = euler_times(dims.num_steps)
