@@ -58,6 +58,8 @@ SPECS = {
                                         'up', 1.0, 3600.0),
     'max_consecutive_failures': Spec(3, 'Inference failures in a row before the engine is marked '
                                         'failed', 0, 1000),
+    'inference_niceness': Spec(10, 'Scheduling niceness of the inference thread (0 = same as the '
+                                   'node): higher lets the control timer win a busy CPU', 0, 19),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
@@ -112,6 +114,9 @@ SPECS = {
                                    1, 100000),
     # Node.
     'autostart': Spec(True, 'Configure and activate on start-up'),
+    'executor_threads': Spec(0, '0 = single-threaded executor (inference has its own thread; '
+                                'best timer accuracy on small machines); N = a '
+                                'MultiThreadedExecutor with N threads', 0, 64),
     'status_rate': Spec(2.0, 'Rate of ~/status and /diagnostics, Hz', 0.1, 100.0),
 }
 
@@ -147,6 +152,7 @@ class Settings:
     seed: int
     engine_ready_timeout: float
     max_consecutive_failures: int
+    inference_niceness: int
     camera_names: list
     camera_topics: list
     camera_transports: list
@@ -176,6 +182,7 @@ class Settings:
     max_future_stamp: float
     max_instruction_length: int
     autostart: bool
+    executor_threads: int
     status_rate: float
 
 

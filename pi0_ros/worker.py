@@ -10,6 +10,7 @@ visible FAILED state until `recover()`.
 from collections import deque
 from dataclasses import dataclass, field
 import enum
+import os
 import threading
 import time
 import traceback
@@ -22,6 +23,7 @@ class Observation:
     """One synchronized observation: frames, the joint state at their stamp, the instruction."""
 
     stamp: float
+    stamp_ns: int
     frames: tuple
     frame_keys: tuple
     state: np.ndarray
@@ -55,12 +57,13 @@ class InferenceWorker:
     """Runs `engine.infer` on a dedicated thread; never on the ROS executor."""
 
     def __init__(self, engine_factory, on_result, *, max_consecutive_failures=3, logger=None,
-                 name='pi0_inference', latency_window=200):
+                 name='pi0_inference', latency_window=200, niceness=0):
         self._engine_factory = engine_factory
         self._on_result = on_result
         self._max_failures = max_consecutive_failures
         self._logger = logger
         self._name = name
+        self._niceness = niceness
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._slot = None
@@ -145,6 +148,13 @@ class InferenceWorker:
 
     # The thread ---------------------------------------------------------------------------
     def _run(self):
+        if self._niceness:
+            # Linux schedules threads individually: a lower priority for this thread (and the
+            # threads it starts) lets the executor's timers win the CPU when it is contended.
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._niceness)
+            except OSError as error:
+                self._log('warning', f'could not lower the inference thread priority: {error}')
         try:
             self._engine = self._engine_factory()
             warmup = getattr(self._engine, 'warmup', None)
@@ -221,5 +231,13 @@ class InferenceWorker:
                 self._log('warning', f'engine close failed: {error}')
 
     def _log(self, level, message):
-        if self._logger is not None:
-            getattr(self._logger, level)(message)
+        # One call site per severity: an rclpy logger raises ValueError when the same line logs
+        # with two severities ('Logger severity cannot be changed between calls').
+        if self._logger is None:
+            return
+        if level == 'error':
+            self._logger.error(message)
+        elif level == 'warning':
+            self._logger.warning(message)
+        else:
+            self._logger.info(message)
