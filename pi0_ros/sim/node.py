@@ -20,7 +20,7 @@ from rcl_interfaces.msg import (  # noqa: E402
     FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType)
 import rclpy  # noqa: E402
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup  # noqa: E402
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor  # noqa: E402
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.time import Time  # noqa: E402
@@ -275,7 +275,9 @@ def main(args=None):
     node = None
     try:
         node = SimNode()
-        executor = MultiThreadedExecutor(num_threads=3)
+        # Physics and rendering have their own threads; the callbacks only copy state, so one
+        # executor thread costs the least CPU (rclpy's MultiThreadedExecutor dispatch is heavy).
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
