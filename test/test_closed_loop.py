@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
+from std_msgs.msg import String
 
 from feeder import LATCHED
 from pi0_ros.demo import Recorder, summarize
 from pi0_ros.msg import PolicyStatus
 from pi0_ros.sim.scene import CAMERA_NAMES, joint_limits
-from std_msgs.msg import String
 
 pytestmark = [pytest.mark.integration, pytest.mark.sim]
 
