@@ -16,4 +16,4 @@ python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transf
 python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py -q -s \
   2>&1 | tee "$OUT/gpu_tests.log"
 python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}" \
-  --iters "${ITERS:-100}" --check --out "$OUT/bench_full" 2>&1 | tee "$OUT/bench_full.log"
+  --iters "${ITERS:-100}" --check --profile --out "$OUT/bench_full" 2>&1 | tee "$OUT/bench_full.log"

@@ -42,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
+    parser.add_argument('--profile', action='store_true',
+                        help='kernel-time table of one eager (no graphs) batch-1 call')
     parser.add_argument('--out', default='reports/bench')
     return parser.parse_args(argv)
 
@@ -235,6 +237,27 @@ def equivalence_check(args, dims: ModelDims) -> dict:
     return results
 
 
+def profile_kernels(args, dims: ModelDims, out: Path) -> None:
+    """torch.profiler table (CUDA time per kernel) of one eager batch-1 call."""
+    from torch.profiler import profile, ProfilerActivity
+    options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False)
+    engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
+                              num_cameras=args.cameras, options=options)
+    frames = make_frames(args, 1, seed=3)[0]
+    state = np.zeros(args.state_dim, np.float32)
+    for _ in range(3):
+        engine.infer(frames, state, INSTRUCTION)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if engine.device.type == 'cuda' else [])
+    with profile(activities=activities) as prof:
+        engine.infer(frames, state, INSTRUCTION)
+    sort = 'cuda_time_total' if engine.device.type == 'cuda' else 'cpu_time_total'
+    table = prof.key_averages().table(sort_by=sort, row_limit=40)
+    (out / 'profile.txt').write_text(table)
+    print(table[:6000])
+    engine.close()
+
+
 def plot(report: dict, out: Path) -> list:
     """PNG plots: latency CDF per batch, stage breakdown, batch sweep, engine vs LeRobot."""
     import matplotlib
@@ -317,6 +340,8 @@ def main(argv=None) -> int:
     if args.check:
         print('[bench] equivalence check vs LeRobot fp32', flush=True)
         report['check'] = equivalence_check(args, dims)
+    if args.profile:
+        profile_kernels(args, dims, out)
     report['plots'] = [str(p) for p in plot(report, out)]
     with open(out / 'bench.json', 'w', encoding='utf-8') as stream:
         json.dump(report, stream, indent=1)

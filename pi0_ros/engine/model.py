@@ -304,7 +304,8 @@ def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     queries of the single head).
     """
     scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(queries.dtype)
+    # Softmax accumulates in float32 internally and rounds once to the query dtype.
+    weights = torch.softmax(scores, dim=-1)
     return torch.bmm(weights, values)
 
 
@@ -400,7 +401,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     _, dt = euler_times(dims.num_steps)
     x_t = noise
     for step in range(dims.num_steps):
-        act = F.silu(F.linear(x_t, w.action_time_w) + w.step_bias[step])
+        act = F.silu(F.linear(x_t, w.action_time_w, w.step_bias[step]))
         act = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
         x = torch.cat([state_token, act], dim=1)
         _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
