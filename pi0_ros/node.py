@@ -188,6 +188,7 @@ class Pi0ControlNode(LifecycleNode):
         self._epoch = 0
         self._estop_latched = False
         self._enabled = True
+        self._restart_plan = False
         self._pending_results = []
         self._last_observation_stamp = None
         self._last_joint_state_time = None
@@ -428,15 +429,23 @@ class Pi0ControlNode(LifecycleNode):
                 self.get_logger().error('E-STOP latched: holding until ~/enable(true)')
 
     def enable_callback(self, request, response):
-        """Enable (clears a latched e-stop, recovers a failed engine) or disable the output."""
+        """Enable or disable the output.
+
+        Disabling brakes to rest and then stops publishing, so another commander (MoveIt) can use
+        the controller. Enabling clears a latched e-stop, recovers a failed engine and restarts
+        the plan from the measured joint state, so a hand-over never jumps.
+        """
         with self._lock:
+            if request.data and not self._enabled:
+                self._restart_plan = True
             self._enabled = bool(request.data)
             if request.data:
                 self._estop_latched = False
         if request.data and self._worker is not None and self._worker.recover():
             self.get_logger().warning('engine failure state cleared by ~/enable')
         response.success = True
-        response.message = 'enabled' if request.data else 'disabled: holding'
+        response.message = ('enabled' if request.data
+                            else 'disabled: braking to rest, then not commanding')
         self.get_logger().info(f'~/enable: {response.message}')
         return response
 
@@ -454,6 +463,7 @@ class Pi0ControlNode(LifecycleNode):
 
     def _control_tick(self):
         now = self._now()
+        settings = self._settings
         with self._lock:
             if not self._active or now <= 0.0:
                 return
@@ -462,12 +472,17 @@ class Pi0ControlNode(LifecycleNode):
             latest_joint = self._joint_buffer.latest()
             observation_stamp = self._last_observation_stamp
             joint_state_time = self._last_joint_state_time
+            if self._restart_plan:
+                self._restart_plan, self._planner_initialized = False, False
         if not self._planner_initialized:
-            if latest_joint is None:
-                return  # never command an arm whose position is unknown
+            # Start only from a fresh measured position: never command an arm whose position is
+            # unknown or old (it may have been moved by someone else meanwhile).
+            if latest_joint is None or now - latest_joint[0] > settings.joint_state_timeout:
+                return
             self._planner.reset(latest_joint[1], now)
             self._planner.set_enabled(True)
             self._planner_initialized = True
+            self._output_rate.reset()
         # Mode changes first, so a chunk arriving on the tick that enables the output is kept.
         if estop:
             if self._planner.state is not PlannerState.ESTOP:
@@ -477,6 +492,9 @@ class Pi0ControlNode(LifecycleNode):
         self._planner.set_enabled(enabled)
         for result in results:
             self._accept_chunk(result, now)
+        if (not enabled and not estop and self._planner.state is PlannerState.DISABLED
+                and not np.any(self._planner.commanded_velocity)):
+            return  # disabled and at rest: the controller is free for other commanders
         points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                            joint_state_time))
         self._output_rate.tick(time.monotonic())

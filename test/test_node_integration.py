@@ -1,6 +1,8 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """The control node as a process, fed over real DDS by a stand-in robot (3 cameras, joints)."""
+import time
+
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
 import pytest
@@ -199,3 +201,36 @@ def test_bad_inputs_are_rejected_counted_and_survived(start_process, ros_node):
     assert len(harness.trajectories) > count + 40
     for _, msg in harness.trajectories[count:]:
         check_command(msg)
+
+
+def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(harness,
+                                                                              ros_node):
+    ros = harness.ros
+    client = ros_node.node.create_client(SetBool, 'pi0_ros/enable')
+    assert client.wait_for_service(timeout_sec=5.0)
+
+    def call(data):
+        future = client.call_async(SetBool.Request(data=data))
+        assert ros.spin_until(future.done, 5.0, harness.process)
+        assert future.result().success
+
+    call(False)
+    # Braking, then silence: nothing is published once the arm is at rest.
+    assert ros.spin_until(lambda: harness.trajectories[-1][0] < time.monotonic() - 0.5, 5.0,
+                          harness.process)
+    assert harness.latest_status().output_state == PolicyStatus.OUTPUT_DISABLED
+    for _, msg in harness.trajectories[-3:]:
+        check_command(msg)
+        assert all(v == 0.0 for v in msg.points[-1].velocities)
+    # Someone else moves the arm meanwhile (MoveIt): the first command after enabling starts
+    # from the measured position, not from where the policy left it.
+    moved = harness.feeder.positions.copy()
+    moved[0] += 0.3 if moved[0] < 0.0 else -0.3
+    harness.feeder.positions = moved
+    ros.spin_for(0.3)
+    count = len(harness.trajectories)
+    call(True)
+    assert ros.spin_until(lambda: len(harness.trajectories) > count, 5.0, harness.process)
+    first = np.array(harness.trajectories[count][1].points[0].positions)
+    assert np.max(np.abs(first - moved)) < 0.05, (first, moved)
+    harness.wait_following(timeout=10.0)
