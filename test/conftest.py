@@ -15,6 +15,9 @@ os.environ.setdefault('MUJOCO_GL', 'egl')
 
 _domain_counter = itertools.count()
 
+# launch_testing tests run through `launch_test` (CMake's add_launch_test), not plain pytest.
+collect_ignore_glob = ['launch/*']
+
 
 def _has_cuda():
     try:

@@ -40,7 +40,10 @@ class RosProcess:
         self.log_path = Path(log_path)
         self._log = open(self.log_path, 'wb')
         self.command = command
-        self.popen = subprocess.Popen(command, cwd=REPO_ROOT, env=process_env, stdout=self._log,
+        # Run outside the source tree, so `-m pi0_ros...` imports the installed package (in a
+        # colcon install the generated pi0_ros.msg lives there, not in the source).
+        self.popen = subprocess.Popen(command, cwd=self.log_path.parent, env=process_env,
+                                      stdout=self._log,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
 
