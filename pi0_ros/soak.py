@@ -449,6 +449,12 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
         'counters_after_warmup': {name: delta(name) for name in COUNTER_FIELDS},
         'counter_problems': counter_problems,
         'instruction_epochs_seen': len({e for _, _, e in monitor.chunks}),
+        # Camera sets the node received and matched (synced or dropped for a missing joint
+        # state) out of those published: the rest were lost in DDS or never converted in time.
+        'camera_sets_matched_fraction': (
+            (last['observations_synced'] + last['observations_dropped'])
+            / feeder_stats['cameras']['camera_sets'])
+        if last and feeder_stats.get('cameras', {}).get('camera_sets') else None,
         'feeder': feeder_stats,
         'exit_codes': exit_codes,
         'conditions': {'cpu_count': os.cpu_count(), 'load_average_at_end': os.getloadavg(),
@@ -485,8 +491,9 @@ def write_plots(output, monitor, args, window):
     axis.legend(loc='center right')
 
     times = np.array(monitor.command_times) - start
+    times = times[(times >= 0.0) & (times <= end - start)]
     bin_width = max(1.0, (end - start) / 300.0)
-    edges = np.arange(0.0, end - start + bin_width, bin_width)
+    edges = np.arange(0.0, end - start + 1e-9, bin_width)
     if times.size > 1 and edges.size > 1:
         counts, _ = np.histogram(times, edges)
         axes[1].plot(edges[:-1] + bin_width / 2, counts / bin_width, label='received (DDS)',
@@ -504,7 +511,8 @@ def write_plots(output, monitor, args, window):
         index = np.digitize(times[1:], edges)
         jitter = [(edges[i - 1] + bin_width / 2,
                    np.percentile(np.abs(periods[index == i] - 1.0 / args.control_rate), 99))
-                  for i in np.unique(index) if np.count_nonzero(index == i) > 2]
+                  for i in np.unique(index)
+                  if 0 < i < edges.size and np.count_nonzero(index == i) > 2]
         if jitter:
             jitter = np.array(jitter)
             axes[2].plot(jitter[:, 0], jitter[:, 1] * 1e3, label='received, p99 per bin')

@@ -1,0 +1,42 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""A short soak (`python -m pi0_ros.soak`) for CI: the criteria that mean something in 30 s.
+
+Rate and jitter criteria are left to the long run (they depend on what else the CI machine
+does); here: no crash, a clean exit, no unsafe command, bounded RSS growth after warm-up and
+consistent counters.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rosutil import REPO_ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SHORT_RUN_CRITERIA = ('no_crash', 'clean_exit', 'unsafe_commands', 'commands_blocked_by_node',
+                      'rss_growth_after_warmup', 'counters_consistent')
+
+
+def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
+    output = tmp_path / 'soak'
+    completed = subprocess.run(
+        [sys.executable, '-m', 'pi0_ros.soak', '--duration', '30', '--warmup', '10',
+         '--instruction-period', '3', '--output', str(output), '--domain-id',
+         str(ros_domain_id)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+    log = completed.stdout[-3000:] + completed.stderr[-3000:]
+    summary = json.loads((output / 'summary.json').read_text())
+    for name in SHORT_RUN_CRITERIA:
+        assert summary['criteria'][name]['passed'], f"{name}: {summary['criteria'][name]}\n{log}"
+    commands = summary['commands']
+    assert commands['received_after_warmup'] >= 0.8 * commands['expected_after_warmup'], log
+    assert commands['non_finite'] == 0 and commands['out_of_limits'] == 0
+    after = summary['counters_after_warmup']
+    assert after['chunks_produced'] > 10 and after['observations_synced'] > 10, after
+    assert summary['instruction_epochs_seen'] >= 3, 'the instruction changes were not followed'
+    feeder = summary['feeder']
+    assert feeder['cameras']['camera_sets'] > 0 and feeder['joints']['joint_states'] > 0
+    for name in ('timeseries.png', 'control_period.png'):
+        assert (output / name).stat().st_size > 10_000
