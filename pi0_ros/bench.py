@@ -154,7 +154,7 @@ def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
 
 
 def lerobot_setup(args, dims: ModelDims, dtype: str):
-    """A LeRobot PI0Policy (random, built on the device) and identity-stat processors."""
+    """Build a random LeRobot PI0Policy on the device, with identity-stat processors."""
     from pi0_ros.engine.lerobot_reference import build_lerobot_policy, make_lerobot_processors
     device = 'cuda' if args.device == 'auto' and torch.cuda.is_available() else (
         'cpu' if args.device == 'auto' else args.device)
@@ -169,11 +169,10 @@ def lerobot_setup(args, dims: ModelDims, dtype: str):
 
 
 def bench_lerobot(args, dims: ModelDims) -> dict:
-    """LeRobot predict_action_chunk vs our engine on the same weights, batch 1."""
+    """Time LeRobot predict_action_chunk and our engine on the same weights, batch 1."""
     from pi0_ros.engine.lerobot_reference import lerobot_batch
-    half = args.precision in ('bf16', 'fp16') or (args.precision == 'auto'
-                                                   and torch.cuda.is_available()
-                                                   and args.device != 'cpu')
+    on_gpu = torch.cuda.is_available() and args.device != 'cpu'
+    half = args.precision in ('bf16', 'fp16') or (args.precision == 'auto' and on_gpu)
     policy, pre, post = lerobot_setup(args, dims, 'bfloat16' if half else 'float32')
     device = next(policy.parameters()).device
     frames = make_frames(args, 4, seed=99)

@@ -20,7 +20,7 @@ FRAME_SHAPES = [(480, 640, 3), (224, 224, 3), (300, 200, 3)]
 
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
-    """A LeRobot policy, its processors and the checkpoint directory it saved."""
+    """Build a LeRobot policy, its processors and the checkpoint directory it saved."""
     rng = np.random.default_rng(7)
     policy = build_lerobot_policy(DIMS, state_dim=STATE_DIM, action_dim=ACTION_DIM,
                                   num_cameras=CAMERAS, seed=3)

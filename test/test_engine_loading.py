@@ -20,10 +20,10 @@ CPU = EngineOptions(device='cpu')
 def checkpoint(tmp_path_factory):
     policy = build_lerobot_policy(DIMS, state_dim=4, action_dim=3, num_cameras=2, seed=5)
     tokenizer = build_builtin_tokenizer()
-    pre, post = make_lerobot_processors(
-        policy, tokenizer, {'mean': np.full(4, 0.5, np.float32), 'std': np.full(4, 2.0,
-                                                                               np.float32)},
-        {'mean': np.array([1.0, 2.0, 3.0], np.float32), 'std': np.full(3, 4.0, np.float32)})
+    state_stats = {'mean': np.full(4, 0.5, np.float32), 'std': np.full(4, 2.0, np.float32)}
+    action_stats = {'mean': np.array([1.0, 2.0, 3.0], np.float32),
+                    'std': np.full(3, 4.0, np.float32)}
+    pre, post = make_lerobot_processors(policy, tokenizer, state_stats, action_stats)
     directory = tmp_path_factory.mktemp('checkpoint')
     save_lerobot_checkpoint(directory, policy, pre, post, tokenizer)
     return directory

@@ -45,7 +45,8 @@ class ModelDims:
 
     def __post_init__(self):
         if self.num_kv_heads != 1:
-            raise ValueError(f'num_kv_heads must be 1 (multi-query attention), got {self.num_kv_heads}')
+            raise ValueError('num_kv_heads must be 1 (multi-query attention), '
+                             f'got {self.num_kv_heads}')
         if self.prefix_depth != self.expert_depth:
             raise ValueError('prefix_depth and expert_depth must be equal '
                              f'({self.prefix_depth} != {self.expert_depth})')
@@ -63,7 +64,7 @@ class ModelDims:
 
     @property
     def tokens_per_image(self) -> int:
-        """Number of SigLIP patch tokens per camera image."""
+        """Return the number of SigLIP patch tokens per camera image."""
         return (self.image_size // self.patch_size) ** 2
 
     @classmethod
@@ -73,7 +74,7 @@ class ModelDims:
 
     @classmethod
     def tiny(cls) -> 'ModelDims':
-        """A few-layer model with the full model's structure, for tests and CPU demos."""
+        """Return a few-layer model with the full structure, for tests and CPU demos."""
         return cls(vision_width=32, vision_depth=2, vision_heads=2, vision_mlp_dim=64,
                    patch_size=14, image_size=224,
                    prefix_width=64, prefix_depth=2, prefix_mlp_dim=128, prefix_heads=2,
@@ -98,7 +99,8 @@ class EngineOptions:
             raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
                              f'got {self.precision!r}')
         if not (self.device in ('auto', 'cpu', 'cuda') or self.device.startswith('cuda:')):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+            raise ValueError("device must be 'auto', 'cpu', 'cuda' or 'cuda:N', "
+                             f'got {self.device!r}')
         if self.max_batch < 1:
             raise ValueError(f'max_batch must be >= 1, got {self.max_batch}')
         if self.max_frame_height < 1 or self.max_frame_width < 1:

@@ -45,7 +45,7 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def batch_buckets(max_batch: int) -> list:
-    """Static batch sizes: powers of two below max_batch, and max_batch itself."""
+    """Return the static batch sizes: powers of two below max_batch, and max_batch."""
     buckets = []
     size = 1
     while size < max_batch:
@@ -265,7 +265,7 @@ class Pi0Engine:
         return dict(self._stats)
 
     def warmup(self) -> None:
-        """Run every batch bucket once (captures CUDA graphs on GPU; call from the infer thread)."""
+        """Run every batch bucket once (captures CUDA graphs on GPU; call on the infer thread)."""
         self._check_open()
         with self._lock, torch.inference_mode():
             for bucket in self._buckets:
@@ -416,8 +416,8 @@ class Pi0Engine:
             self._host_token_mask[slot].numpy()[:] = mask
             self._host_prefix_valid.numpy()[slot] = self._image_tokens + int(mask.sum())
             self._tokens[slot].copy_(self._host_tokens[slot], non_blocking=True)
-            self._key_mask[slot, 0, 0, self._image_tokens:].copy_(self._host_token_mask[slot],
-                                                                   non_blocking=True)
+            language_mask = self._key_mask[slot, 0, 0, self._image_tokens:]
+            language_mask.copy_(self._host_token_mask[slot], non_blocking=True)
             self._prefix_valid[slot].copy_(self._host_prefix_valid[slot], non_blocking=True)
             language = self._prefix_embeds[slot, self._image_tokens:]
             torch.index_select(self.weights.embed_tokens, 0, self._tokens[slot], out=language)

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - CPU-only installs
 
 
 def use_triton(tensor: torch.Tensor) -> bool:
-    """True where the Triton kernels run: CUDA tensors with Triton installed."""
+    """Tell whether the Triton kernels run: CUDA tensors with Triton installed."""
     return triton is not None and tensor.is_cuda
 
 
@@ -110,7 +110,7 @@ def _launch_norm(x, residual, out, eps, center: bool) -> None:
 
 
 def add_rms_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> None:
-    """x [M,N] float32 (updated in place when residual is given); out [M,N] = RMS-normalized."""
+    """Add residual into x [M,N] float32 (if given), write RMS-normalized x into out."""
     if use_triton(x):
         _launch_norm(x, residual, out, eps, center=False)
         return
@@ -161,7 +161,7 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
 
 
 def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> None:
-    """out [M,F] = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:]."""
+    """Write gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] into out [M,F]."""
     n_cols = out.shape[1]
     if use_triton(gate_up):
         block = 1024

@@ -63,7 +63,7 @@ def _lerobot_dims(dims: ModelDims):
 def build_lerobot_policy(dims: ModelDims, *, state_dim: int, action_dim: int,
                          num_cameras: int, device: str = 'cpu', dtype: str = 'float32',
                          seed: int = 0, perturb: bool = True):
-    """A randomly initialized PI0Policy (built directly on `device`), in eval mode.
+    """Build a randomly initialized PI0Policy directly on `device`, in eval mode.
 
     perturb adds N(0, 0.02) to every parameter so zero-initialized norms and biases also
     carry information (a wrong key mapping then changes the output).
@@ -99,7 +99,7 @@ def build_lerobot_policy(dims: ModelDims, *, state_dim: int, action_dim: int,
 
 
 def make_lerobot_processors(policy, tokenizer, state_stats: dict, action_stats: dict):
-    """LeRobot's pi0 pre/post-processor pipelines, with `tokenizer` instead of PaliGemma's."""
+    """Make LeRobot's pi0 pre/post-processors, with `tokenizer` instead of PaliGemma's."""
     import lerobot.policies.pi0.processor_pi0 as processor
 
     stats = {'observation.state': {k: torch.as_tensor(v, dtype=torch.float32)
@@ -117,7 +117,7 @@ def make_lerobot_processors(policy, tokenizer, state_stats: dict, action_stats: 
 
 
 def save_lerobot_checkpoint(directory, policy, preprocessor, postprocessor, tokenizer) -> None:
-    """What a LeRobot training run leaves behind, plus the tokenizer files."""
+    """Save what a LeRobot training run leaves behind, plus the tokenizer files."""
     policy.save_pretrained(directory)
     preprocessor.save_pretrained(directory)
     postprocessor.save_pretrained(directory)
@@ -136,7 +136,7 @@ def lerobot_batch(frames, state, instruction, device) -> dict:
 @torch.no_grad()
 def lerobot_predict(policy, preprocessor, postprocessor, frames, state, instruction,
                     noise=None) -> np.ndarray:
-    """LeRobot's full path: preprocessor -> predict_action_chunk -> postprocessor."""
+    """Run LeRobot's full path: preprocessor, predict_action_chunk, postprocessor."""
     device = next(policy.parameters()).device
     batch = preprocessor(lerobot_batch(frames, state, instruction, device))
     kwargs = {}

@@ -20,8 +20,8 @@ STATE_KEY = 'observation.state'
 ACTION_KEY = 'action'
 IMAGE_KEY_PREFIX = 'observation.images.'
 GEMMA_VARIANTS = {
-    'gemma_2b': dict(width=2048, depth=18, mlp_dim=16384, heads=8, head_dim=256),
-    'gemma_300m': dict(width=1024, depth=18, mlp_dim=4096, heads=8, head_dim=256),
+    'gemma_2b': {'width': 2048, 'depth': 18, 'mlp_dim': 16384, 'heads': 8, 'head_dim': 256},
+    'gemma_300m': {'width': 1024, 'depth': 18, 'mlp_dim': 4096, 'heads': 8, 'head_dim': 256},
 }
 # Key renames LeRobot applies when loading older (openpi-converted) checkpoints.
 KEY_ALIASES = {
@@ -82,7 +82,7 @@ def _feature_size(config_path: Path, features: dict, key: str) -> int:
 
 
 def dims_from_config(config_path: Path, config: dict, dims: ModelDims | None) -> ModelDims:
-    """ModelDims from config.json (variants, chunk, max dims, steps); dims overrides sizes."""
+    """Derive ModelDims from config.json (variants, chunk, max dims, steps); dims wins."""
     if config.get('type') not in (None, 'pi0'):
         raise CheckpointError(f"{config_path}: type is {config.get('type')!r}, expected 'pi0' "
                               '(pi0.5 and pi0-FAST are different models)')
@@ -241,5 +241,5 @@ class SafetensorsWeights:
                               f'(expected shape {self._shapes[key]})')
 
     def __call__(self, key: str) -> torch.Tensor:
-        """The tensor LeRobot names ``key`` (without the 'model.' prefix)."""
+        """Return the tensor LeRobot names ``key`` (without the 'model.' prefix)."""
         return self._file.get_tensor(self._resolve(key))

@@ -153,7 +153,7 @@ def sinusoidal_time_embedding(time: torch.Tensor, dim: int, min_period: float,
 
 
 def euler_times(num_steps: int) -> list:
-    """Times t of the Euler steps (1 -> 0) as float32 values, and the step dt."""
+    """Return the Euler step times t (1 -> 0) as float32 values, and the step dt."""
     dt = -1.0 / num_steps
     return [float(torch.tensor(1.0 + step * dt, dtype=torch.float32)) for step in
             range(num_steps)], dt
@@ -266,7 +266,7 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
 
 def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
                    out: torch.Tensor) -> None:
-    """SigLIP tower + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,prefix_width]."""
+    """Run SigLIP + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,width]."""
     dtype = w.patch_w.dtype
     k = pixels.shape[0]
     width, heads = dims.vision_width, dims.vision_heads

@@ -87,18 +87,18 @@ class FrameResizer:
                          for _ in range(2)]
 
     def buffers(self) -> list:
-        """The scratch tensors (for pointer-stability tests)."""
+        """Return the scratch tensors (for pointer-stability tests)."""
         return self.cols_u8 + self.cols_f32 + self.rows_f32
 
     def plan(self, height: int, width: int) -> ResizePlan:
-        """The (cached) plan for a frame size."""
+        """Return the (cached) plan for a frame size."""
         key = (height, width)
         if key not in self._plans:
             self._plans[key] = make_resize_plan(height, width, self.size, self.device)
         return self._plans[key]
 
     def resize_into(self, frame: torch.Tensor, out: torch.Tensor) -> None:
-        """frame uint8 [H,W,3] (device) -> out float32 [3,S,S], values 0..255 (not yet scaled)."""
+        """Resize frame uint8 [H,W,3] into out float32 [3,S,S], values 0..255 (not scaled)."""
         height, width = frame.shape[0], frame.shape[1]
         plan = self.plan(height, width)
         a_u8, b_u8 = self.cols_u8[0][:height], self.cols_u8[1][:height]

@@ -11,7 +11,7 @@ SPECIAL_TOKENS = ('<pad>', '<eos>', '<bos>', '<unk>')
 
 
 def build_builtin_tokenizer():
-    """A deterministic byte-level tokenizer (260 ids) that behaves like PaliGemma's.
+    """Build a deterministic byte-level tokenizer (260 ids) that behaves like PaliGemma's.
 
     Ids: 0 <pad>, 1 <eos>, 2 <bos>, 3 <unk>, then the 256 byte-level symbols. Every prompt
     starts with <bos>, as PaliGemma's tokenizer does.
@@ -48,9 +48,9 @@ def load_tokenizer(path):
 
 
 def tokenize_prompt(tokenizer, instruction: str, max_length: int) -> tuple:
-    """Prompt -> (ids int64 [max_length], mask bool [max_length]) like LeRobot's pi0 processor.
+    r"""Prompt -> (ids int64 [max_length], mask bool [max_length]) like LeRobot's pi0 processor.
 
-    Appends '\\n' unless present, truncates to max_length, pads on the right.
+    Appends '\n' unless present, truncates to max_length, pads on the right.
     """
     prompt = instruction if instruction.endswith('\n') else instruction + '\n'
     encoded = tokenizer(prompt, max_length=max_length, truncation=True, padding='max_length',
