@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Start the pi0_ros control node: `ros2 launch pi0_ros control.launch.py`.
+"""
+Start the pi0_ros control node: `ros2 launch pi0_ros control.launch.py`.
 
 The node configures itself (loads the engine, warms it up) and activates (parameter `autostart`),
 then publishes JointTrajectory commands on `trajectory_topic`.

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Example: an arm in Gazebo (gz_ros2_control + joint_trajectory_controller) driven by pi0_ros.
+"""
+Example: an arm in Gazebo (gz_ros2_control + joint_trajectory_controller) driven by pi0_ros.
 
 Not run in this repository's CI (Gazebo and ros2_control do not install from PyPI); it is written
 for a ROS 2 Jazzy install with ros_gz, gz_ros2_control, ros2_controllers and xacro. Your robot's

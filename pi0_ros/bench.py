@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Benchmark Pi0Engine against LeRobot's PI0Policy (same process, device and weights).
+"""
+Benchmark Pi0Engine against LeRobot's PI0Policy (same process, device and weights).
 
 python -m pi0_ros.bench --dims full --precision auto --batches 1,2,4,8 --out reports/bench
 Writes bench.json and PNG plots into --out; prints a summary table.
@@ -26,7 +27,8 @@ INSTRUCTION = 'pick up the red block and put it in the bowl'
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog='pi0-ros-bench', description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog='pi0-ros-bench',
+                                     description=__doc__.strip().splitlines()[0])
     parser.add_argument('--dims', choices=('tiny', 'full'), default='tiny')
     parser.add_argument('--precision', choices=('auto', 'fp32', 'bf16', 'fp16'), default='auto')
     parser.add_argument('--device', default='auto', help="'auto', 'cpu', 'cuda' or 'cuda:N'")
@@ -102,7 +104,8 @@ def engine_options(args, max_batch: int) -> EngineOptions:
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:
-    """Start-up time, latency per batch size and peak memory of a random-weight engine.
+    """
+    Start-up time, latency per batch size and peak memory of a random-weight engine.
 
     The engine is built for max(batches); start-up and peak memory therefore include every
     batch bucket's buffers and graphs (run with --batches 1 for the batch-1 node set-up).

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Conversions between ROS messages and the plain arrays the engine and control layers use.
+"""
+Conversions between ROS messages and the plain arrays the engine and control layers use.
 
 Everything that arrives from outside is validated here; a bad message raises `InputRejected`
 with a short reason (used as a counter key) and a detail for the log.
@@ -66,7 +67,8 @@ def _check_size(width, height, max_width, max_height):
 
 
 def image_to_rgb(msg, max_width, max_height):
-    """Convert a sensor_msgs/Image to a contiguous uint8 RGB array [H, W, 3].
+    """
+    Convert a sensor_msgs/Image to a contiguous uint8 RGB array [H, W, 3].
 
     Accepts rgb8, bgr8, rgba8, bgra8 and mono8, with row padding (step > width * channels).
     """

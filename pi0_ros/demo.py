@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The main job (`make demo`): the simulated SO-101 arm driven by the control node, then a report.
+"""
+The main job (`make demo`): the simulated SO-101 arm driven by the control node, then a report.
 
 Starts the MuJoCo simulator and the control node as processes on a private ROS domain (the same
 executables `ros2 launch pi0_ros sim.launch.py` starts), sends an instruction, shows a live status
@@ -24,7 +25,7 @@ RANDOM_WEIGHTS_NOTE = (
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--duration', type=float, default=30.0, help='seconds of control')
     parser.add_argument('--checkpoint', default='', help='LeRobot pi0 checkpoint directory')
     parser.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The pi0_ros control node: synchronized observations -> inference worker -> JointTrajectory.
+"""
+The pi0_ros control node: synchronized observations -> inference worker -> JointTrajectory.
 
 A lifecycle node. configure builds the engine on the worker thread (warm-up, CUDA graphs) and
 creates the ROS interfaces; activate starts commanding; deactivate brakes to a hold; cleanup frees
@@ -429,7 +430,8 @@ class Pi0ControlNode(LifecycleNode):
                 self.get_logger().error('E-STOP latched: holding until ~/enable(true)')
 
     def enable_callback(self, request, response):
-        """Enable or disable the output.
+        """
+        Enable or disable the output.
 
         Disabling brakes to rest and then stops publishing, so another commander (MoveIt) can use
         the controller. Enabling clears a latched e-stop, recovers a failed engine and restarts
@@ -675,7 +677,8 @@ class Pi0ControlNode(LifecycleNode):
 
 
 def make_executor(threads):
-    """Return the executor for the node: single-threaded unless `executor_threads` > 0.
+    """
+    Return the executor for the node: single-threaded unless `executor_threads` > 0.
 
     Every callback here only converts, validates and stores (inference has its own thread), so
     one executor thread is enough, and it is what keeps the control timer on time on small

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Parameters of the control node: declarations with descriptors, validation, settings.
+"""
+Parameters of the control node: declarations with descriptors, validation, settings.
 
 Every parameter is declared here once, with a description, a range where one makes sense and
 `read_only` where a live change would not make sense (the engine, the joints, the limits). The

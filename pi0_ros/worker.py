@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The inference worker: one named thread that owns the engine and turns observations into chunks.
+"""
+The inference worker: one named thread that owns the engine and turns observations into chunks.
 
 The engine is built, warmed up (CUDA graphs captured) and run on this one thread. Observations
 arrive in a single slot where the latest wins; results made for an older instruction epoch are
@@ -138,7 +139,7 @@ class InferenceWorker:
 
     @property
     def busy(self):
-        """True while an observation is pending or being inferred."""
+        """Return True while an observation is pending or being inferred."""
         return self._slot is not None or self.state is WorkerState.RUNNING
 
     def engine_stats(self):

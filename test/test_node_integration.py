@@ -203,8 +203,8 @@ def test_bad_inputs_are_rejected_counted_and_survived(start_process, ros_node):
         check_command(msg)
 
 
-def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(harness,
-                                                                              ros_node):
+def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(
+        harness, ros_node):
     ros = harness.ros
     client = ros_node.node.create_client(SetBool, 'pi0_ros/enable')
     assert client.wait_for_service(timeout_sec=5.0)

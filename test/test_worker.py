@@ -45,9 +45,9 @@ class ScriptedEngine:
 
 
 def observation(epoch=1, instruction='pick', stamp=1.0):
-    return Observation(stamp=stamp, stamp_ns=int(stamp * 1e9), frames=(np.zeros((4, 4, 3), np.uint8),) * 3,
-                       frame_keys=(None,) * 3, state=np.zeros(6), instruction=instruction,
-                       epoch=epoch)
+    return Observation(stamp=stamp, stamp_ns=int(stamp * 1e9),
+                       frames=(np.zeros((4, 4, 3), np.uint8),) * 3, frame_keys=(None,) * 3,
+                       state=np.zeros(6), instruction=instruction, epoch=epoch)
 
 
 class Collector:

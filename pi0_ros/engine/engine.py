@@ -144,7 +144,8 @@ class Pi0Engine:
     @classmethod
     def from_pretrained(cls, path, *, tokenizer_path=None, options: EngineOptions =
                         EngineOptions(), dims: ModelDims | None = None) -> 'Pi0Engine':
-        """Load a LeRobot pi0 checkpoint directory (config, weights, processor stats).
+        """
+        Load a LeRobot pi0 checkpoint directory (config, weights, processor stats).
 
         dims overrides the model sizes that config.json implies (for shrunk test models).
         """
@@ -290,7 +291,8 @@ class Pi0Engine:
         return self._infer([(frames, state, instruction, frame_keys)], [noise])[0]
 
     def infer_batch(self, observations) -> list:
-        """Several observations (frames, state, instruction, frame_keys) in one pass.
+        """
+        Several observations (frames, state, instruction, frame_keys) in one pass.
 
         A fifth tuple element, if given, is that observation's noise (as for infer()).
         """

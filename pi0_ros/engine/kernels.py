@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Fused elementwise kernels of the Gemma layers (Triton on CUDA, PyTorch elsewhere).
+"""
+Fused elementwise kernels of the Gemma layers (Triton on CUDA, PyTorch elsewhere).
 
 The Gemma stacks are launch-bound at batch 1 (the action expert runs 18 layers x 10 steps
 over 51 tokens), so each layer's elementwise work is fused into three kernels:
@@ -131,7 +132,8 @@ def add_layer_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> 
 
 def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_out: torch.Tensor,
              v_out: torch.Tensor, heads: int, head_dim: int) -> None:
-    """Split fused qkv [b*S, (heads+2)*hd] (Q heads, one K head, one V head).
+    """
+    Split fused qkv [b*S, (heads+2)*hd] (Q heads, one K head, one V head).
 
     cos/sin [b*S, hd/2] float32 per row; q_out [b*S, heads*hd] (None if heads == 0);
     k_out/v_out [b, S, hd] views into the KV cache (last dim contiguous).

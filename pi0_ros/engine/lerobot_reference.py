@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""LeRobot 0.6.1 PI0Policy as a reference: build (any ModelDims), save, and predict.
+"""
+LeRobot 0.6.1 PI0Policy as a reference: build (any ModelDims), save, and predict.
 
 Used by the equivalence tests and the benchmark; imports lerobot only when called. LeRobot's
 configuration offers only the full-size Gemma variants, so smaller ModelDims are applied by
@@ -63,7 +64,8 @@ def _lerobot_dims(dims: ModelDims):
 def build_lerobot_policy(dims: ModelDims, *, state_dim: int, action_dim: int,
                          num_cameras: int, device: str = 'cpu', dtype: str = 'float32',
                          seed: int = 0, perturb: bool = True):
-    """Build a randomly initialized PI0Policy directly on `device`, in eval mode.
+    """
+    Build a randomly initialized PI0Policy directly on `device`, in eval mode.
 
     perturb adds N(0, 0.02) to every parameter so zero-initialized norms and biases also
     carry information (a wrong key mapping then changes the output).

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Pi0 forward passes over fused weights: SigLIP tower, Gemma prefix, action expert.
+"""
+Pi0 forward passes over fused weights: SigLIP tower, Gemma prefix, action expert.
 
 Numerics follow LeRobot 0.6.1's ``lerobot.policies.pi0`` (RMSNorm ``x * rsqrt(mean(x^2) + eps)
 * (1 + w)``, tanh GELU, rotate-half RoPE, prefix-LM masking, Euler integration from t=1 to t=0).
@@ -160,7 +161,8 @@ def euler_times(num_steps: int) -> list:
 
 
 def rope_tables(dims: ModelDims, length: int, device) -> tuple:
-    """cos/sin [length, head_dim / 2] (float32) for positions 0..length-1 (HF Gemma RoPE).
+    """
+    cos/sin [length, head_dim / 2] (float32) for positions 0..length-1 (HF Gemma RoPE).
 
     HF builds cat(freqs, freqs); both halves are equal, so only one is kept.
     """
@@ -173,7 +175,8 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
 
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
                   prefix_length: int) -> Pi0Weights:
-    """Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
+    """
+    Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
 
     Fusion runs in float32 (float64 for the tiny action-side products) and casts once.
     """
@@ -297,7 +300,8 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
             mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Masked attention of [b,Q,hd] queries over one KV head [b,L,hd]; mask [b|1,Q|1,L].
+    """
+    Masked attention of [b,Q,hd] queries over one KV head [b,L,hd]; mask [b|1,Q|1,L].
 
     Few queries over few keys: two batched GEMMs and a float32 softmax keep the whole GPU
     busy, where fused attention kernels would run a handful of thread blocks (one per 64
@@ -312,7 +316,8 @@ def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, mask: torch.Tensor, final_out=None):
-    """Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
+    """
+    Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
 
     Each layer writes its post-RoPE K and V for positions start..start+S into the cache and
     attends over cache positions 0..start+S. A layer without out_w only writes K/V.
@@ -352,7 +357,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
 
 def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
                    key_mask: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
-    """Gemma prefix over [images, language]: fills cache_k/v[:, :b, :, :P] (post-RoPE keys).
+    """
+    Gemma prefix over [images, language]: fills cache_k/v[:, :b, :, :P] (post-RoPE keys).
 
     embeds [b,P,W] compute dtype; key_mask [b,1,1,P] bool (True = real token). Every token
     attends to every real token (prefix-LM: the prefix block is bidirectional).
@@ -367,7 +373,8 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
 
 
 def suffix_attention_mask(dims: ModelDims, key_mask: torch.Tensor) -> torch.Tensor:
-    """Mask [b,1,(chunk+1)*heads,P+chunk+1] for the suffix (state token, then action tokens).
+    """
+    Mask [b,1,(chunk+1)*heads,P+chunk+1] for the suffix (state token, then action tokens).
 
     Suffix queries see every real prefix token; the state token sees only itself among the
     suffix tokens, action tokens see the state token and all action tokens.
@@ -384,7 +391,8 @@ def suffix_attention_mask(dims: ModelDims, key_mask: torch.Tensor) -> torch.Tens
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
                     prefix_valid: torch.Tensor, key_mask: torch.Tensor, cache_k: torch.Tensor,
                     cache_v: torch.Tensor, out: torch.Tensor) -> None:
-    """Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
+    """
+    Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
 
     noise [b,chunk,A] float32; state [b,max_state_dim] float32 (normalized, padded);
     prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions).

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Resize-with-pad to the model resolution on the device, without allocating per frame.
+"""
+Resize-with-pad to the model resolution on the device, without allocating per frame.
 
 Equals LeRobot/openpi ``resize_with_pad_torch`` (bilinear, align_corners=False, aspect kept,
 centered black padding) followed by the [0, 1] -> [-1, 1] scaling, up to float rounding. The
@@ -31,7 +32,8 @@ class ResizePlan:
 
 
 def _axis_weights(in_size: int, out_size: int, target: int, offset: int) -> tuple:
-    """Bilinear source indices/weights along one axis, placed at offset on a padded axis.
+    """
+    Bilinear source indices/weights along one axis, placed at offset on a padded axis.
 
     The weights are read off PyTorch's own bilinear kernel (align_corners=False) applied to an
     identity basis, so they carry exactly the rounding F.interpolate uses on the CPU.

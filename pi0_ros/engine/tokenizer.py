@@ -11,7 +11,8 @@ SPECIAL_TOKENS = ('<pad>', '<eos>', '<bos>', '<unk>')
 
 
 def build_builtin_tokenizer():
-    """Build a deterministic byte-level tokenizer (260 ids) that behaves like PaliGemma's.
+    """
+    Build a deterministic byte-level tokenizer (260 ids) that behaves like PaliGemma's.
 
     Ids: 0 <pad>, 1 <eos>, 2 <bos>, 3 <unk>, then the 256 byte-level symbols. Every prompt
     starts with <bos>, as PaliGemma's tokenizer does.
@@ -48,7 +49,8 @@ def load_tokenizer(path):
 
 
 def tokenize_prompt(tokenizer, instruction: str, max_length: int) -> tuple:
-    r"""Prompt -> (ids int64 [max_length], mask bool [max_length]) like LeRobot's pi0 processor.
+    r"""
+    Prompt -> (ids int64 [max_length], mask bool [max_length]) like LeRobot's pi0 processor.
 
     Appends '\n' unless present, truncates to max_length, pads on the right.
     """
