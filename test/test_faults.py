@@ -210,20 +210,24 @@ def test_instruction_change_mid_chunk_discards_the_old_epoch(faulty):
     faulty.set_fault('slow')
     # Wait for a slow chunk; the next inference (1.5 s longer) starts right after it.
     count = len(faulty.chunks)
-    assert ros.spin_until(lambda: len(faulty.chunks) > count + 1, 20.0, faulty.process)
+    assert ros.spin_until(lambda: len(faulty.chunks) > count + 1, 20.0, faulty.process), \
+        'no slow chunks\n' + faulty.process.output()[-3000:]
     old_epoch = faulty.chunks[-1][1].instruction_epoch
     discarded = faulty.status().chunks_discarded
     ros.spin_for(0.3)
     faulty.feeder.say('put the cube in the bowl')
     changed = time.monotonic()
     assert ros.spin_until(lambda: faulty.chunks[-1][1].instruction_epoch > old_epoch, 20.0,
-                          faulty.process)
+                          faulty.process), 'no chunk for the new instruction\n' \
+        + faulty.process.output()[-3000:]
     # The inference in flight when the instruction changed finished meanwhile: discarded.
-    assert faulty.wait_status(lambda s: s.chunks_discarded > discarded, 5.0,
-                              'no chunk discarded')
-    late_old = [c for t, c in faulty.chunks if t > changed + 0.2
-                and c.instruction_epoch == old_epoch]
-    assert late_old == [], 'a chunk of the old instruction was published after the change'
+    faulty.wait_status(lambda s: s.chunks_discarded > discarded, 5.0, 'no chunk discarded')
+    epochs = [(round(t - changed, 3), c.instruction_epoch) for t, c in faulty.chunks]
+    first_new = next(i for i, (_, epoch) in enumerate(epochs) if epoch > old_epoch)
+    assert all(epoch > old_epoch for _, epoch in epochs[first_new:]), epochs
+    # The in-flight result would arrive about 1.2 s after the change; the node has the new
+    # instruction long before (1 s of margin for a loaded machine).
+    assert not [t for t, epoch in epochs if t > 1.0 and epoch == old_epoch], epochs
     faulty.set_fault('ok')
 
 
