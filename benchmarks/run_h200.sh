@@ -13,7 +13,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transformers.__version__)'
 # conftest.py needs rclpy (not on the GPU machine); the engine tests need none of it.
-python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py -q -s \
+python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py test/test_engine_kernels.py -q -s \
   2>&1 | tee "$OUT/gpu_tests.log"
 python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}" \
   --iters "${ITERS:-100}" --check --profile --out "$OUT/bench_full" 2>&1 | tee "$OUT/bench_full.log"

@@ -102,6 +102,110 @@ if triton is not None:
         tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
+if triton is not None:
+    @triton.jit
+    def _split_attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, part_o_ptr, part_m_ptr,
+                                part_l_ptr, n_queries, n_keys, keys_per_split, scale,
+                                stride_qb, stride_qm, stride_kb, stride_kn, stride_vb, stride_vn,
+                                stride_mb, stride_mm, HEAD_DIM: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        # One program: BLOCK_M query rows against one split of the keys (online softmax).
+        block_m, split, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        n_splits = tl.num_programs(1)
+        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        row_ok = rows < n_queries
+        q = tl.load(q_ptr + batch * stride_qb + rows[:, None] * stride_qm + dims[None, :],
+                    mask=row_ok[:, None], other=0.0)
+        m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        start = split * keys_per_split
+        stop = tl.minimum(start + keys_per_split, n_keys)
+        for key_start in range(start, stop, BLOCK_N):
+            keys = key_start + tl.arange(0, BLOCK_N)
+            key_ok = keys < stop
+            k = tl.load(k_ptr + batch * stride_kb + keys[:, None] * stride_kn + dims[None, :],
+                        mask=key_ok[:, None], other=0.0)
+            scores = tl.dot(q, tl.trans(k)) * scale
+            bias = tl.load(mask_ptr + batch * stride_mb + rows[:, None] * stride_mm
+                           + keys[None, :], mask=row_ok[:, None] & key_ok[None, :],
+                           other=float('-inf')).to(tl.float32)
+            scores = scores + bias
+            m_new = tl.maximum(m_i, tl.max(scores, 1))
+            # Rows whose keys so far are all masked keep a finite reference (no inf - inf).
+            m_ref = tl.where(m_new == float('-inf'), 0.0, m_new)
+            alpha = tl.exp(m_i - m_ref)
+            p = tl.exp(scores - m_ref[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + batch * stride_vb + keys[:, None] * stride_vn + dims[None, :],
+                        mask=key_ok[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        part = (batch * n_splits + split) * n_queries + rows
+        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc,
+                 mask=row_ok[:, None])
+        tl.store(part_m_ptr + part, m_i, mask=row_ok)
+        tl.store(part_l_ptr + part, l_i, mask=row_ok)
+
+    @triton.jit
+    def _combine_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
+                               stride_ob, stride_om, N_SPLITS: tl.constexpr,
+                               HEAD_DIM: tl.constexpr):
+        row, batch = tl.program_id(0), tl.program_id(1)
+        dims = tl.arange(0, HEAD_DIM)
+        base = batch * N_SPLITS * n_queries + row
+        m_max = float('-inf')
+        for split in tl.static_range(N_SPLITS):
+            m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + split * n_queries))
+        total = 0.0
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        for split in tl.static_range(N_SPLITS):
+            index = base + split * n_queries
+            weight = tl.exp(tl.load(part_m_ptr + index) - m_max)
+            total += tl.load(part_l_ptr + index) * weight
+            acc += tl.load(part_o_ptr + index * HEAD_DIM + dims) * weight
+        tl.store(out_ptr + batch * stride_ob + row * stride_om + dims,
+                 (acc / total).to(out_ptr.dtype.element_ty))
+
+
+# Launch configuration of split_attention (benchmarks/tune_split_attention.py measures them).
+SPLIT_ATTENTION_CONFIG = {'block_m': 16, 'keys_per_split': 256, 'num_warps': 8}
+
+
+def split_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    mask: torch.Tensor, scale: float, keys_per_split: int = None) -> torch.Tensor:
+    """
+    Masked attention of few queries [b,M,D] over one KV head [b,L,D] (Triton, CUDA only).
+
+    Flash-decoding: the keys are split across programs so that a handful of query rows still
+    fill the GPU; each program keeps a float32 online softmax, a second kernel merges the
+    splits. mask [b,M,L] is additive (0 / -inf). Every query row must see at least one key.
+    """
+    config = SPLIT_ATTENTION_CONFIG
+    keys_per_split = keys_per_split or config['keys_per_split']
+    batch, n_queries, head_dim = queries.shape
+    n_keys = keys.shape[1]
+    n_splits = triton.cdiv(n_keys, keys_per_split)
+    part_o = torch.empty(batch, n_splits, n_queries, head_dim, dtype=torch.float32,
+                         device=queries.device)
+    part_m = torch.empty(batch, n_splits, n_queries, dtype=torch.float32, device=queries.device)
+    part_l = torch.empty_like(part_m)
+    out = torch.empty_like(queries)
+    block_m = config['block_m']
+    _split_attention_kernel[(triton.cdiv(n_queries, block_m), n_splits, batch)](
+        queries, keys, values, mask, part_o, part_m, part_l, n_queries, n_keys, keys_per_split,
+        scale, queries.stride(0), queries.stride(1), keys.stride(0), keys.stride(1),
+        values.stride(0), values.stride(1), mask.stride(0) if mask.shape[0] > 1 else 0,
+        mask.stride(1) if mask.shape[1] > 1 else 0,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=min(64, keys_per_split),
+        num_warps=config['num_warps'], num_stages=2)
+    _combine_splits_kernel[(n_queries, batch)](
+        part_o, part_m, part_l, out, n_queries, out.stride(0), out.stride(1),
+        N_SPLITS=n_splits, HEAD_DIM=head_dim, num_warps=4)
+    return out
+
+
 def _launch_norm(x, residual, out, eps, center: bool) -> None:
     block = triton.next_power_of_2(x.shape[1])
     _add_norm_kernel[(x.shape[0],)](

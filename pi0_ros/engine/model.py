@@ -298,15 +298,25 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         ~allowed, float('-inf'))
 
 
+# Query rows up to which attention runs as split-key Triton kernels (the denoising suffix);
+# the prefix's thousands of rows fill the GPU through the two GEMMs below.
+SPLIT_ATTENTION_MAX_QUERIES = 1024
+
+
 def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
             mask: torch.Tensor, scale: float) -> torch.Tensor:
     """
     Masked attention of [b,Q,hd] queries over one KV head [b,L,hd]; mask [b|1,Q|1,L].
 
-    Few queries over few keys: two batched GEMMs and a float32 softmax keep the whole GPU
-    busy, where fused attention kernels would run a handful of thread blocks (one per 64
-    queries of the single head).
+    Few queries over few keys: fused attention kernels would run a handful of thread blocks
+    (one per 64 queries of the single head). The prefix uses two batched GEMMs and a float32
+    softmax; the denoising suffix (408 rows) uses split-key Triton kernels on CUDA in half
+    precision (2 launches instead of 3 tiny GEMM/softmax kernels per layer and step).
     """
+    if (kernels.use_triton(queries) and queries.dtype != torch.float32
+            and queries.shape[1] <= SPLIT_ATTENTION_MAX_QUERIES):
+        # The action expert's 51 tokens x 8 heads: split the keys across the GPU instead.
+        return kernels.split_attention(queries, keys, values, mask, scale)
     scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
     # Softmax accumulates in float32 internally and rounds once to the query dtype.
     weights = torch.softmax(scores, dim=-1)
