@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from pi0_ros.domain import claim_domain_id
+
 RANDOM_WEIGHTS_NOTE = (
     'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
     'LeRobot pi0 checkpoint directory with CHECKPOINT=/path/to/checkpoint (and DEVICE=cuda).')
@@ -39,7 +41,7 @@ def parse_args(argv):
                         help='seconds to wait for the node to follow the policy')
     parser.add_argument('--output', default='reports/demo', help='report folder')
     parser.add_argument('--domain-id', type=int, default=None,
-                        help='ROS_DOMAIN_ID (default: derived from the process id)')
+                        help='ROS_DOMAIN_ID (default: one no other run on this machine holds)')
     return parser.parse_args(argv)
 
 
@@ -260,7 +262,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
-    domain_id = args.domain_id if args.domain_id is not None else 1 + os.getpid() % 100
+    domain_id = args.domain_id if args.domain_id is not None else claim_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1')
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     env.setdefault('MUJOCO_GL', 'egl')

@@ -29,7 +29,9 @@ import time
 
 import numpy as np
 
+
 from pi0_ros.demo import Process, ros_args
+from pi0_ros.domain import claim_domain_id
 from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
                                 SO101_POSITION_UPPER)
 
@@ -65,7 +67,7 @@ def parse_args(argv):
                         help='seconds between instruction changes')
     parser.add_argument('--startup-timeout', type=float, default=300.0)
     parser.add_argument('--domain-id', type=int, default=None,
-                        help='ROS_DOMAIN_ID (default: derived from the process id)')
+                        help='ROS_DOMAIN_ID (default: one no other run on this machine holds)')
     parser.add_argument('--max-rss-growth', type=float, default=0.05,
                         help='allowed relative RSS growth after warm-up')
     parser.add_argument('--max-gpu-growth-mib', type=float, default=32.0,
@@ -564,7 +566,7 @@ def run_monitor(args):
     """Start the node and the feeder, watch for --duration seconds, report; 0 when all pass."""
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
-    domain_id = args.domain_id if args.domain_id is not None else 1 + os.getpid() % 100
+    domain_id = args.domain_id if args.domain_id is not None else claim_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1')
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.update({k: env[k] for k in ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE')})

@@ -1,19 +1,17 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: isolated ROS 2 domains, package executables as processes, rclpy in the test."""
-import itertools
 import os
 from pathlib import Path
 
 import pytest
 
+from pi0_ros.domain import claim_domain_id, release_domain_id
 from rosutil import RosProcess, RosTestNode
 
 # Tests and the processes they start discover each other on this host only.
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 os.environ.setdefault('MUJOCO_GL', 'egl')
-
-_domain_counter = itertools.count()
 
 # launch_testing tests run through `launch_test` (CMake's add_launch_test), not plain pytest.
 collect_ignore_glob = ['launch/*']
@@ -39,9 +37,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def ros_domain_id():
-    """Return a ROS_DOMAIN_ID that no other test of this run (or a parallel run) uses."""
-    # Linux allows 0..101 with the default port mapping; keep clear of 0 (everyone's default).
-    return 1 + (os.getpid() * 7 + next(_domain_counter)) % 100
+    """Yield a ROS_DOMAIN_ID that no other test, demo or soak on this machine uses meanwhile."""
+    domain_id = claim_domain_id()
+    try:
+        yield domain_id
+    finally:
+        release_domain_id(domain_id)
 
 
 @pytest.fixture
