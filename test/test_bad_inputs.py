@@ -8,7 +8,6 @@ grow. Invalid start-up parameters run as separate processes; live parameter chan
 the node's SetParameters service.
 """
 import math
-import os
 import time
 
 import cv2
@@ -21,6 +20,7 @@ from std_msgs.msg import String
 from test_node_integration import check_command, ControlNodeHarness
 
 from pi0_ros.conversions import seconds_to_stamp
+from pi0_ros.domain import claim_domain_id, release_domain_id
 from pi0_ros.msg import PolicyStatus
 from pi0_ros.parameters import SO101_JOINTS
 from rosutil import RosProcess, RosTestNode
@@ -47,7 +47,7 @@ class _Starter:
 @pytest.fixture(scope='module')
 def node_under_test(tmp_path_factory):
     """One running node (front/side raw, wrist compressed) fed by the stand-in robot."""
-    domain_id = 1 + (os.getpid() * 7 + 53) % 100
+    domain_id = claim_domain_id()
     ros = RosTestNode(domain_id, name='pi0_ros_bad_inputs')
     starter = _Starter(domain_id, tmp_path_factory.mktemp('bad_inputs'))
     try:
@@ -65,6 +65,7 @@ def node_under_test(tmp_path_factory):
         for process in starter.processes:
             process.stop()
         ros.close()
+        release_domain_id(domain_id)
 
 
 def rejection_counts(harness):
