@@ -219,6 +219,10 @@ class Monitor:
         self.diagnostics = []         # (time, dict of the output entry)
         self.chunks = []              # (time, total_ms, epoch)
         self.memory = []              # (time, node rss, feeder rss, node cpu %, gpu bytes)
+        # Most publishers seen on the command and status topics: more than one means another
+        # node shares the ROS domain and its messages are mixed into this record.
+        self.max_publishers = 0
+        self._node = node
         self._node_process = psutil.Process(node_pid)
         self._feeder_processes = [psutil.Process(pid) for pid in feeder_pids]
         self._node_process.cpu_percent()
@@ -288,6 +292,9 @@ class Monitor:
         except psutil.Error:
             return
         self.memory.append((time.monotonic(), rss, feeder_rss, cpu, self._gpu_bytes()))
+        self.max_publishers = max(self.max_publishers,
+                                  self._node.count_publishers('joint_trajectory'),
+                                  self._node.count_publishers('pi0_ros/status'))
 
     def _gpu_bytes(self):
         """GPU memory the node process holds (nvidia-smi), 0 without a GPU."""
@@ -410,6 +417,8 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
                                          following >= args.min_following),
         'counters_consistent': _criterion(counter_problems or 'consistent', 'consistent',
                                           not counter_problems),
+        'single_control_node_on_the_domain': _criterion(monitor.max_publishers, 1,
+                                                        monitor.max_publishers <= 1),
     }
 
     def delta(name):

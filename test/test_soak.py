@@ -17,7 +17,8 @@ from rosutil import REPO_ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SHORT_RUN_CRITERIA = ('no_crash', 'clean_exit', 'unsafe_commands', 'commands_blocked_by_node',
-                      'rss_growth_after_warmup', 'counters_consistent')
+                      'rss_growth_after_warmup', 'counters_consistent',
+                      'single_control_node_on_the_domain')
 
 
 def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
