@@ -108,13 +108,21 @@ class Recorder:
                                  self.trajectory_callback, 10)
         node.create_subscription(JointState, 'joint_states', self.joint_state_callback,
                                  qos_profile_sensor_data)
-        node.create_subscription(ActionChunk, 'pi0_ros/action_chunk',
-                                 lambda msg: self.latencies_ms.append(msg.total_ms), 10)
+        self.observation_to_command_ms = []
+        self._clock = node.get_clock()
+        node.create_subscription(ActionChunk, 'pi0_ros/action_chunk', self.chunk_callback, 10)
         node.create_subscription(PolicyStatus, 'pi0_ros/status', self.statuses.append, 10)
         for camera in ('front', 'side', 'wrist'):
             node.create_subscription(Image, f'camera/{camera}/image_raw',
                                      lambda msg, c=camera: self.frames.__setitem__(c, msg),
                                      qos_profile_sensor_data)
+
+    def chunk_callback(self, msg):
+        # The node publishes a chunk on the control tick that first commands from it: receive
+        # time - observation stamp is the observation-to-first-command latency (+ delivery).
+        self.latencies_ms.append(msg.total_ms)
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self.observation_to_command_ms.append((self._clock.now().nanoseconds - stamp_ns) * 1e-6)
 
     def trajectory_callback(self, msg):
         now = time.monotonic()
@@ -186,6 +194,11 @@ def summarize(recorder, limits, control_rate, window):
             'count': int(latencies.size),
             'p50': float(np.percentile(latencies, 50)) if latencies.size else None,
             'p99': float(np.percentile(latencies, 99)) if latencies.size else None},
+        'observation_to_first_command_ms': {
+            'p50': float(np.percentile(recorder.observation_to_command_ms, 50))
+            if recorder.observation_to_command_ms else None,
+            'p99': float(np.percentile(recorder.observation_to_command_ms, 99))
+            if recorder.observation_to_command_ms else None},
         'tracking_error_rad': {
             'mean': float(tracking.mean()) if tracking.size else None,
             'max': float(tracking.max()) if tracking.size else None},
