@@ -13,13 +13,13 @@ import json
 import os
 from pathlib import Path
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 from pi0_ros.domain import claim_domain_id
+from pi0_ros.processes import Process, ros_args
 
 RANDOM_WEIGHTS_NOTE = (
     'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
@@ -43,49 +43,6 @@ def parse_args(argv):
     parser.add_argument('--domain-id', type=int, default=None,
                         help='ROS_DOMAIN_ID (default: one no other run on this machine holds)')
     return parser.parse_args(argv)
-
-
-class Process:
-    """A child process of the demo with its log file."""
-
-    def __init__(self, name, command, env, log_dir):
-        self.name = name
-        self.log_path = log_dir / f'{name}.log'
-        self._log = open(self.log_path, 'wb')
-        self.popen = subprocess.Popen(command, env=env, stdout=self._log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-
-    def alive(self):
-        return self.popen.poll() is None
-
-    def stop(self, timeout=20.0):
-        """SIGINT, then SIGKILL of its process group; return the exit code."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(timeout=timeout)
-        self._log.close()
-        return self.popen.returncode
-
-    def tail(self, lines=20):
-        return '\n'.join(self.log_path.read_text(errors='replace').splitlines()[-lines:])
-
-
-def ros_args(parameters, remaps=()):
-    args = ['--ros-args']
-    for source, target in remaps:
-        args += ['-r', f'{source}:={target}']
-    for key, value in parameters.items():
-        if isinstance(value, bool):
-            value = 'true' if value else 'false'
-        elif isinstance(value, str):
-            value = "'" + value + "'"
-        args += ['-p', f'{key}:={value}']
-    return args
 
 
 class Recorder:

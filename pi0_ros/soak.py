@@ -29,11 +29,10 @@ import time
 
 import numpy as np
 
-
-from pi0_ros.demo import Process, ros_args
 from pi0_ros.domain import claim_domain_id
 from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
                                 SO101_POSITION_UPPER)
+from pi0_ros.processes import Process, ros_args
 
 CAMERAS = ('front', 'side', 'wrist')
 INSTRUCTIONS = ('pick up the red cube', 'put the cube in the bowl', 'open the gripper',

@@ -3,86 +3,32 @@
 """Test helpers: a package executable as a process, and an rclpy node driven by the test."""
 import os
 from pathlib import Path
-import signal
-import subprocess
 import sys
 import time
 
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
+from pi0_ros.processes import Process, ros_args
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def format_parameter(value):
-    """Format a Python value as a `--ros-args -p name:=value` literal (YAML)."""
-    if isinstance(value, bool):
-        return 'true' if value else 'false'
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, (list, tuple)):
-        return '[' + ', '.join(format_parameter(v) for v in value) + ']'
-    return repr(value)
-
-
-class RosProcess:
+class RosProcess(Process):
     """A Python module (or a script path ending in .py) run as its own process on a ROS domain."""
 
     def __init__(self, module, *, domain_id, parameters=None, args=(), env=None, log_path):
         target = [str(module)] if str(module).endswith('.py') else ['-m', module]
         command = [sys.executable, *target, *args]
         if parameters:
-            command.append('--ros-args')
-            for key, value in parameters.items():
-                command += ['-p', f'{key}:={format_parameter(value)}']
+            command += ros_args(parameters)
         process_env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1')
         process_env.update(env or {})
-        self.log_path = Path(log_path)
-        self._log = open(self.log_path, 'wb')
-        self.command = command
+        log_path = Path(log_path)
         # Run outside the source tree, so `-m pi0_ros...` imports the installed package (in a
         # colcon install the generated pi0_ros.msg lives there, not in the source).
-        self.popen = subprocess.Popen(command, cwd=self.log_path.parent, env=process_env,
-                                      stdout=self._log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-
-    @property
-    def returncode(self):
-        return self.popen.poll()
-
-    def output(self):
-        """Return everything the process printed so far."""
-        self._log.flush()
-        return self.log_path.read_text(errors='replace')
-
-    def send_signal(self, sig):
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-
-    def wait(self, timeout):
-        """Wait for exit; return the exit code (raises subprocess.TimeoutExpired)."""
-        return self.popen.wait(timeout=timeout)
-
-    def stop(self, timeout=15.0):
-        """Stop with SIGINT, escalating to SIGKILL of the process group; return the exit code."""
-        try:
-            if self.popen.poll() is None:
-                self.popen.send_signal(signal.SIGINT)
-                try:
-                    self.popen.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                    self.popen.wait(timeout=timeout)
-            else:
-                # The process exited; make sure nothing it started outlives it.
-                try:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        finally:
-            self._log.close()
-        return self.popen.returncode
+        super().__init__(log_path.stem, command, process_env, log_path.parent,
+                         cwd=log_path.parent)
 
 
 class RosTestNode:
