@@ -65,7 +65,8 @@ class Process:
         return '\n'.join(self.output().splitlines()[-lines:])
 
     def stop(self, timeout=20.0):
-        """Stop with SIGINT, escalating to SIGKILL; return the exit code.
+        """
+        Stop with SIGINT, escalating to SIGKILL; return the exit code.
 
         Whatever the process started in its group is killed too, so nothing outlives it.
         """
