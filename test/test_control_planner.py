@@ -418,3 +418,21 @@ def test_latency_is_compensated_on_a_chunk_stream():
         errors.append(np.abs(planner.commanded_position - target(now)).max())
     assert max(errors[100:]) < 1e-4
     assert np.abs(target(np.arange(100, 300) * H) - target(np.arange(96, 296) * H)).max() > 0.04
+
+
+def test_first_point_is_positive_on_a_clock_near_ros_epoch_time():
+    # Near 1.8e9 s a float64 difference of absolute times keeps ~0.2 us: the times from now
+    # must still be strictly positive when now falls a hair before a grid point.
+    limits = JointLimits(np.full(2, -1.0), np.full(2, 1.0), np.full(2, 1.0), np.full(2, 5.0))
+    config = PlannerConfig()
+    planner = ChunkPlanner(config, limits)
+    origin = 1_796_287_757.123456
+    planner.reset(np.zeros(2), origin)
+    planner.set_enabled(True)
+    for k in range(1, 400):
+        for offset in (-3e-7, -1e-7, 0.0, 1e-7):
+            now = origin + k * config.point_spacing + offset
+            points = planner.step(now)
+            assert points.times_from_start[0] > 0.0
+            assert round(points.times_from_start[0] * 1e9) >= 1
+            assert points.times_from_start[0] <= config.point_spacing * (1 + 1e-6) + 1e-6

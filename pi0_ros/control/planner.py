@@ -412,17 +412,22 @@ class ChunkPlanner:
         self._position = start_q + start_v * tau + 0.5 * acceleration * tau * tau
         self._velocity = start_v + acceleration * tau
 
-    def _point_times(self, now: float) -> np.ndarray:
+    def _point_times(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         """
-        Return the absolute times [N] of the next points: the grid after now.
+        Return the absolute times [N] of the next points (the grid after now), and from now.
 
         Points lie on a grid fixed at reset (origin + k h), whatever the tick jitter, so a new
         plan's points coincide with the executing plan's, and the braking invariant checked at
         the points of one plan holds for the next. The first point is (0, h] after now.
+        Also returns the times from now, computed from the tick count rather than as a
+        difference of absolute times: near 1.8e9 s (ROS time) such a difference keeps only
+        ~0.2 us and could round a first point to a time_from_start of zero.
         """
         h = self.config.point_spacing
-        ticks = math.floor((now - self._grid_origin) / h + 1e-6) + 1
-        return self._grid_origin + h * ticks + self._grid_steps
+        elapsed = now - self._grid_origin
+        ticks = math.floor(elapsed / h + 1e-6) + 1
+        from_now = (h * ticks - elapsed) + self._grid_steps
+        return self._grid_origin + h * ticks + self._grid_steps, from_now
 
     def step(self, now: float, hold_reason: str | None = None) -> PlanPoints:
         """
@@ -451,12 +456,12 @@ class ChunkPlanner:
             brake_reason = REASON_DISABLED
         elif hold_reason is not None:
             brake_reason = str(hold_reason)
-        times = self._point_times(now)
+        times, from_now = self._point_times(now)
         if brake_reason is not None:
             self._segments = []
             self._mode = PlannerState.HOLDING
             self._hold_reason = brake_reason
-            positions, velocities = self._brake(times[0] - now)
+            positions, velocities = self._brake(from_now[0])
         else:
             if not self._segments:
                 self._segments = [_Segment(now, position=self._position.copy())]
@@ -472,7 +477,7 @@ class ChunkPlanner:
                 self._mode, self._hold_reason = PlannerState.FOLLOWING, None
             positions, velocities = self._track(now, times)
 
-        plan = PlanPoints(times - now, positions, velocities, self.state, self.hold_reason, now)
+        plan = PlanPoints(from_now, positions, velocities, self.state, self.hold_reason, now)
         self._plan = plan
         self._plan_times = times
         self._plan_start_position = self._position.copy()
