@@ -142,6 +142,9 @@ class Pi0ControlNode(LifecycleNode):
             self._teardown()
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
+        device = self._worker.engine_device
+        self._gpu = diagnostics.GpuTelemetry(
+            (device.index or 0) if device is not None and device.type == 'cuda' else None)
         return super().on_configure(state)
 
     def on_activate(self, state):
@@ -195,6 +198,7 @@ class Pi0ControlNode(LifecycleNode):
         self._last_joint_state_time = None
         self._chunk_sequence = 0
         self._output_rate = diagnostics.RateMeter()
+        self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
         self._skews = []
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
@@ -221,7 +225,6 @@ class Pi0ControlNode(LifecycleNode):
             capacity=400, max_gap=settings.joint_state_max_gap,
             max_extrapolation=settings.joint_state_max_extrapolation)
         self._joint_mapper = JointStateMapper(joints)
-        self._gpu = diagnostics.GpuTelemetry(None)
 
         # Joint states never wait behind a camera frame; each camera converts on its own.
         joint_group = MutuallyExclusiveCallbackGroup()

@@ -142,6 +142,11 @@ class InferenceWorker:
         """Return True while an observation is pending or being inferred."""
         return self._slot is not None or self.state is WorkerState.RUNNING
 
+    @property
+    def engine_device(self):
+        """Return the engine's torch device (None before the engine exists)."""
+        return getattr(self._engine, 'device', None)
+
     def engine_stats(self):
         """Return the engine's counters (empty before the engine exists)."""
         engine = self._engine
