@@ -34,7 +34,8 @@ class ControlNodeHarness:
         self.process = start_process('pi0_ros.node',
                                      parameters={**NODE_PARAMETERS, **(parameters or {})})
         self.feeder = RobotFeeder(node, compressed=compressed)
-        self.trajectories = ros_node.collect(JointTrajectory, 'joint_trajectory', 10)
+        # Deep queue: the test process is busy publishing frames; no command may be lost here.
+        self.trajectories = ros_node.collect(JointTrajectory, 'joint_trajectory', 200)
         self.chunks = ros_node.collect(ActionChunk, 'pi0_ros/action_chunk', 10)
         self.statuses = ros_node.collect(PolicyStatus, 'pi0_ros/status', 10)
         self.diagnostics = ros_node.collect(DiagnosticArray, '/diagnostics', 10)
@@ -81,11 +82,13 @@ def check_command(msg):
 def test_commands_at_control_rate_valid_within_limits_and_stamped_chunks(harness):
     ros = harness.ros
     start = len(harness.trajectories)
-    ros.spin_for(6.0)
+    ros.spin_for(8.0)
     window = harness.trajectories[start:]
     receive_times = np.array([t for t, _ in window])
     rate = (len(window) - 1) / (receive_times[-1] - receive_times[0])
     assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, f'output rate {rate:.2f} Hz'
+    node_rate = harness.latest_status().control_rate_hz
+    assert abs(node_rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, f'node rate {node_rate:.2f} Hz'
     for _, msg in window:
         check_command(msg)
     # Every chunk is stamped with the stamp of a camera set that was published.
