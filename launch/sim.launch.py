@@ -5,18 +5,15 @@ Simulated SO-101 (MuJoCo) driven by the pi0_ros control node.
 
 Usage: ros2 launch pi0_ros sim.launch.py checkpoint:=/path/to/pi0 device:=cuda
 """
-import os
-
-from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
-from launch_ros.descriptions import ParameterValue
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
 
 
 def generate_launch_description():
-    share = get_package_share_directory('pi0_ros')
     namespace = LaunchConfiguration('namespace')
     params_file = LaunchConfiguration('params_file')
     use_sim_time = LaunchConfiguration('use_sim_time')
@@ -26,7 +23,8 @@ def generate_launch_description():
         DeclareLaunchArgument('namespace', default_value='',
                               description='Namespace of the simulator and the control node.'),
         DeclareLaunchArgument('params_file',
-                              default_value=os.path.join(share, 'config', 'pi0_ros.yaml'),
+                              default_value=PathJoinSubstitution(
+                                  [FindPackageShare('pi0_ros'), 'config', 'pi0_ros.yaml']),
                               description='Parameters file of the control node.'),
         DeclareLaunchArgument('use_sim_time', default_value='true',
                               description='Run both nodes on the simulator clock (/clock).'),
@@ -39,11 +37,12 @@ def generate_launch_description():
         DeclareLaunchArgument('camera_rate', default_value='15.0',
                               description='Simulated camera frames per second.'),
         DeclareLaunchArgument('checkpoint', default_value='',
-                              description='Pi0 checkpoint (directory) for the control node.'),
-        DeclareLaunchArgument('device', default_value='cuda',
-                              description='Inference device of the control node (cuda, cpu).'),
-        DeclareLaunchArgument('precision', default_value='bfloat16',
-                              description='Inference precision (bfloat16, float16, float32).'),
+                              description='LeRobot pi0 checkpoint directory; empty = built-in '
+                                          'random tiny model.'),
+        DeclareLaunchArgument('device', default_value='auto',
+                              description='Torch device: auto | cpu | cuda | cuda:N.'),
+        DeclareLaunchArgument('precision', default_value='auto',
+                              description='Engine precision: auto | fp32 | bf16 | fp16.'),
     ]
 
     simulator = Node(
@@ -65,14 +64,14 @@ def generate_launch_description():
     control = Node(
         package='pi0_ros',
         executable='control_node',
-        name='pi0_control',
+        name='pi0_ros',
         namespace=namespace,
         output='screen',
         parameters=[params_file, {
             'use_sim_time': ParameterValue(use_sim_time, value_type=bool),
-            'checkpoint': LaunchConfiguration('checkpoint'),
-            'device': LaunchConfiguration('device'),
-            'precision': LaunchConfiguration('precision'),
+            'checkpoint': ParameterValue(LaunchConfiguration('checkpoint'), value_type=str),
+            'device': ParameterValue(LaunchConfiguration('device'), value_type=str),
+            'precision': ParameterValue(LaunchConfiguration('precision'), value_type=str),
         }],
         # Cameras subscribe camera/<name>/image_raw by default, as the simulator publishes.
         remappings=[('joint_trajectory', 'arm_controller/joint_trajectory')],

@@ -1,0 +1,52 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Launch files (launch_ros is not installable here): syntax, arguments and their defaults."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from pi0_ros.parameters import SPECS, validate_value
+
+LAUNCH_DIR = Path(__file__).resolve().parents[1] / 'launch'
+LAUNCH_FILES = sorted(LAUNCH_DIR.glob('*.launch.py'))
+
+
+def declared_arguments(path):
+    """Return {name: default or None} of the arguments a file declares (each described)."""
+    tree = ast.parse(path.read_text())
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'DeclareLaunchArgument':
+            keywords = {k.arg: k.value for k in node.keywords}
+            assert 'description' in keywords, f'{path.name}: {ast.unparse(node.args[0])}'
+            default = keywords.get('default_value')
+            found[node.args[0].value if isinstance(node.args[0], ast.Constant) else None] = (
+                default.value if isinstance(default, ast.Constant) else None)
+        # control.launch.py / gazebo.launch.py declare theirs from (name, default, description)
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], 'id', '') == 'ARGUMENTS':
+            for entry in node.value.elts:
+                name, default, description = entry.elts
+                assert isinstance(description, ast.Constant) and description.value
+                found[name.value] = default.value if isinstance(default, ast.Constant) else None
+    found.pop(None, None)
+    return found
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_file_declares_described_arguments_with_valid_defaults(path):
+    compile(path.read_text(), str(path), 'exec')
+    arguments = declared_arguments(path)
+    assert 'params_file' in arguments
+    for name in ('checkpoint', 'device', 'precision'):
+        assert name in arguments, f'{path.name} lacks the {name} argument'
+    for name, default in arguments.items():
+        if name in SPECS and default is not None:
+            validate_value(name, default)  # raises ParameterError naming a bad default
+
+
+def test_control_launch_has_the_documented_arguments():
+    arguments = declared_arguments(LAUNCH_DIR / 'control.launch.py')
+    assert set(arguments) == {'namespace', 'params_file', 'checkpoint', 'device', 'precision',
+                              'use_sim_time', 'log_level', 'trajectory_topic'}
+    assert arguments['trajectory_topic'] == '/arm_controller/joint_trajectory'
