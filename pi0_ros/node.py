@@ -8,6 +8,7 @@ creates the ROS interfaces; activate starts commanding; deactivate brakes to a h
 the engine. Subscription callbacks only convert, validate and store; inference runs on the worker
 thread; commands are published by a fixed-rate timer in its own callback group.
 """
+from collections import deque
 import dataclasses
 import os
 import sys
@@ -193,13 +194,13 @@ class Pi0ControlNode(LifecycleNode):
         self._estop_latched = False
         self._enabled = True
         self._restart_plan = False
-        self._pending_results = []
+        self._pending_results = deque(maxlen=4)  # results not yet consumed by the timer
         self._last_observation_stamp = None
         self._last_joint_state_time = None
         self._chunk_sequence = 0
         self._output_rate = diagnostics.RateMeter()
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
-        self._skews = []
+        self._skews = deque(maxlen=200)
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
                           'inputs_rejected': 0, 'commands_published': 0,
@@ -282,7 +283,7 @@ class Pi0ControlNode(LifecycleNode):
             self._joint_buffer.clear()
             self._last_observation_stamp = None
             self._last_joint_state_time = None
-            self._pending_results = []
+            self._pending_results.clear()
             self._epoch += 1
             epoch = self._epoch
         if self._worker is not None:
@@ -363,7 +364,6 @@ class Pi0ControlNode(LifecycleNode):
         state = self._joint_buffer.at(matched.stamp)
         with self._lock:
             self._skews.append(matched.skew)
-            del self._skews[:-200]
             if state is None or self._instruction is None:
                 self._counters['observations_dropped'] += 1
                 reason = ('no joint state at the observation stamp' if state is None
@@ -458,7 +458,6 @@ class Pi0ControlNode(LifecycleNode):
     def _on_chunk_result(self, result):
         with self._lock:
             self._pending_results.append(result)
-            del self._pending_results[:-4]
 
     # Output (timer, fixed rate) ------------------------------------------------------------
     def control_timer_callback(self):
@@ -472,7 +471,8 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             if not self._active or now <= 0.0:
                 return
-            results, self._pending_results = self._pending_results, []
+            results = list(self._pending_results)
+            self._pending_results.clear()
             estop, enabled = self._estop_latched, self._enabled
             latest_joint = self._joint_buffer.latest()
             observation_stamp = self._last_observation_stamp
