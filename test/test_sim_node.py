@@ -29,7 +29,9 @@ def sim(start_process):
 def test_cameras_joint_states_and_trajectory(sim, ros_node):
     images = {name: ros_node.collect(Image, f'camera/{name}/image_raw', qos_profile_sensor_data)
               for name in CAMERAS}
-    states = ros_node.collect(JointState, 'joint_states', qos_profile_sensor_data)
+    # Best effort like the publisher, but deep: the test must not drop what it counts.
+    states = ros_node.collect(JointState, 'joint_states', QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
 
     assert ros_node.spin_until(lambda: all(len(images[n]) >= 2 for n in CAMERAS)
                                and len(states) >= 10, STARTUP_TIMEOUT, sim), sim.output()[-3000:]
