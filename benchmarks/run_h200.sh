@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-# GPU run for the device tool (one H200): GPU tests, full-size equivalence check, benchmark.
+# GPU run for the device tool (one H200): GPU tests, kernel tuning, full-size equivalence check,
+# benchmark against LeRobot.
 # Usage (device tool, carry ['.whl']): bash benchmarks/run_h200.sh
+#   TUNE=1 (default) times the Triton kernels' configurations first (benchmarks/tune_kernels.py)
+#   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
+#   pi0_ros/engine/kernel_configs.py.
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -13,7 +17,14 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transformers.__version__)'
 # conftest.py needs rclpy (not on the GPU machine); the engine tests need none of it.
-python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py test/test_engine_kernels.py -q -s \
-  2>&1 | tee "$OUT/gpu_tests.log"
-python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}" \
-  --iters "${ITERS:-100}" --check --profile --out "$OUT/bench_full" 2>&1 | tee "$OUT/bench_full.log"
+python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py \
+  test/test_engine_kernels.py -q -s 2>&1 | tee "$OUT/gpu_tests.log"
+BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}"
+       --iters "${ITERS:-100}" --lerobot-iters "${LEROBOT_ITERS:-20}" --check --profile
+       --out "$OUT/bench_full")
+if [ "${TUNE:-1}" = 1 ]; then
+  python3 benchmarks/tune_kernels.py --json "$OUT/kernel_tuning.json" --apply-best "${BENCH[@]}" \
+    2>&1 | tee "$OUT/bench_full.log"
+else
+  python3 -m pi0_ros.bench "${BENCH[@]}" 2>&1 | tee "$OUT/bench_full.log"
+fi

@@ -1,69 +1,96 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The split-key attention kernel against a float32 reference (Triton's interpreter on the CPU)."""
+"""
+The Triton kernels against float32 references.
+
+On the CPU through Triton's interpreter (each check in triton_interpreter_checks.py, in a
+subprocess: the interpreter is chosen when triton is imported); on the GPU at Pi0's full shapes.
+"""
 import os
+from pathlib import Path
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import kernels
+from pi0_ros.engine import attention, gemm, kernels
+from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
-CHECK = """
-import torch
-from pi0_ros.engine import kernels
-torch.manual_seed(0)
-for dtype, tolerance in ((torch.float32, 1e-5), (torch.float16, 2e-3)):
-    for batch, prefix, heads in ((1, 70, 8), (2, 130, 4)):
-        seq, dim = 9, 64
-        length = prefix + seq
-        q = torch.randn(batch, seq * heads, dim, dtype=dtype)
-        k_cache = torch.randn(batch, length + 5, dim, dtype=dtype)
-        v_cache = torch.randn(batch, length + 5, dim, dtype=dtype)
-        k, v = k_cache[:, :length], v_cache[:, :length]
-        allowed = torch.ones(batch, seq, length, dtype=torch.bool)
-        allowed[-1, :, prefix - 11:prefix] = False   # padding of the last observation
-        allowed[:, 0, prefix + 1:] = False           # the state token sees itself only
-        allowed = allowed.repeat_interleave(heads, dim=1)
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float('-inf'))
-        scale = dim ** -0.5
-        scores = q.float() @ k.float().transpose(1, 2) * scale + mask.float()
-        reference = torch.softmax(scores, -1) @ v.float()
-        out = kernels.split_attention(q, k, v, mask, scale, keys_per_split=32)
-        error = (out.float() - reference).abs().max().item()
-        assert out.dtype == dtype and out.shape == q.shape
-        assert error < tolerance, (dtype, batch, error)
-print('split attention ok')
-"""
+CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
 
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
-def test_split_attention_matches_float32_reference_in_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET='1')
-    result = subprocess.run([sys.executable, '-c', CHECK], env=env, capture_output=True,
-                            text=True, timeout=600)
+@pytest.mark.parametrize('check', ['skinny_linear', 'fused_consumers_of_partial_sums',
+                                   'attention', 'resize_frames',
+                                   'engine_triton_path_matches_pytorch_path'])
+def test_kernel_in_the_interpreter(check):
+    env = dict(os.environ, TRITON_INTERPRET='1', PI0_ROS_TRITON_ON_CPU='1')
+    result = subprocess.run([sys.executable, str(CHECKS), check], env=env,
+                            capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert 'split attention ok' in result.stdout
+    assert f'{check} ok' in result.stdout
+
+
+EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
+                 (1024, 4096, False)]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('rows', [51, 408])
+@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
+def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul):
+    torch.manual_seed(0)
+    x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
+    weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
+                         device='cuda') * 0.03
+    product = x.float() @ weight.float().T
+    expected = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+                if gelu_mul else product)
+    for config in (None, gemm.heuristic_config(rows, n_out, depth, gelu_mul)):
+        out = kernels.sum_parts(gemm.skinny_linear(x, weight, gelu_mul=gelu_mul,
+                                                   config=config)).float()
+        error = (out - expected).abs().max().item() / expected.abs().max().item()
+        assert error < 1e-2, (config, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('kind', ['suffix', 'prefix'])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_split_attention_on_the_gpu_at_full_size(dtype):
+def test_attention_on_the_gpu_at_full_size(kind, dtype):
     torch.manual_seed(1)
-    batch, prefix, seq, heads, dim = 2, 816, 51, 8, 256
-    length = prefix + seq
-    q = torch.randn(batch, seq * heads, dim, dtype=dtype, device='cuda')
-    k = torch.randn(batch, length, dim, dtype=dtype, device='cuda')
-    v = torch.randn(batch, length, dim, dtype=dtype, device='cuda')
-    allowed = torch.ones(batch, seq, length, dtype=torch.bool, device='cuda')
-    allowed[1, :, 700:prefix] = False
-    allowed[:, 0, prefix + 1:] = False
-    allowed = allowed.repeat_interleave(heads, dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device='cuda').masked_fill_(
-        ~allowed, float('-inf'))
+    batch, prefix, heads, dim = 2, 816, 8, 256
+    suffix = 51 if kind == 'suffix' else 0
+    rows = (suffix or prefix) * heads
+    state_rows, state_keys = (heads, prefix + 1) if suffix else (0, 0)
+    key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
+    key_mask[1, 700:] = False
+    bias = attention.key_bias(key_mask, extra_keys=suffix)
+    q = torch.randn(batch, rows, dim, dtype=dtype, device='cuda')
+    k = torch.randn(batch, prefix + suffix, dim, dtype=dtype, device='cuda')
+    v = torch.randn(batch, prefix + suffix, dim, dtype=dtype, device='cuda')
     scale = dim ** -0.5
-    reference = torch.softmax(q.float() @ k.float().transpose(1, 2) * scale + mask.float(),
+    mask = attention.dense_mask(bias, rows, state_rows, state_keys, torch.float32)
+    reference = torch.softmax(q.float() @ k.float().transpose(1, 2) * scale + mask,
                               -1) @ v.float()
-    out = kernels.split_attention(q, k, v, mask, scale)
+    out = attention.attention(q, k, v, bias, scale, state_rows, state_keys, shape=kind)
     assert (out.float() - reference).abs().max().item() < 2e-2
+
+
+@pytest.mark.gpu
+def test_resize_frames_on_the_gpu_equals_the_pytorch_path():
+    rng = np.random.default_rng(2)
+    frames = torch.zeros(3, 480 * 640 * 3, dtype=torch.uint8)
+    for index in range(3):
+        frames[index] = torch.from_numpy(rng.integers(0, 256, 480 * 640 * 3, dtype=np.uint8))
+    cpu = FrameResizer(480, 640, 224, torch.device('cpu'))
+    expected = torch.empty(3, 3, 224, 224)
+    for index in range(3):
+        cpu.resize_into(frames[index].view(480, 640, 3), expected[index])
+    scale_to_signed_unit(expected)
+    out = torch.empty(3, 3, 224, 224, device='cuda')
+    resize_frames(FrameResizer(480, 640, 224, torch.device('cuda')), frames.cuda(), 480, 640,
+                  out)
+    assert (out.cpu() - expected).abs().max().item() < 1e-4

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
+import itertools
 from pathlib import Path
 import threading
 import time
@@ -10,11 +11,12 @@ import torch
 
 from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
 from pi0_ros.engine.errors import EngineError, InputError, NonFiniteOutputError
+from pi0_ros.engine.kernels import use_triton
 from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_info,
                                     SafetensorsWeights)
 from pi0_ros.engine.model import (build_weights, denoise_forward, lerobot_parameter_shapes,
                                   prefix_forward, vision_forward)
-from pi0_ros.engine.preprocess import FrameResizer, scale_to_signed_unit
+from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
 
 PRECISIONS = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -211,6 +213,28 @@ class Pi0Engine:
         for index, tensor in enumerate(self._resizer.buffers()):
             pointers[f'_resizer.{index}'] = tensor.data_ptr()
         return pointers
+
+    def _prepare_pixels(self, sizes: list) -> None:
+        """Host frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
+        count = len(sizes)
+        if use_triton(self._pixels):
+            largest = max(height * width * 3 for height, width in sizes)
+            self._device_frames[:count, :largest].copy_(self._host_frames[:count, :largest],
+                                                        non_blocking=True)
+            start = 0
+            for (height, width), group in itertools.groupby(sizes):
+                stop = start + len(list(group))
+                resize_frames(self._resizer, self._device_frames[start:stop], height, width,
+                              self._pixels[start:stop])
+                start = stop
+            return
+        for index, (height, width) in enumerate(sizes):
+            frame = self._device_frames[index, :height * width * 3].view(height, width, 3)
+            if self._is_cuda:
+                frame.copy_(self._host_frames[index, :height * width * 3].view(height, width, 3),
+                            non_blocking=True)
+            self._resizer.resize_into(frame, self._pixels[index])
+        scale_to_signed_unit(self._pixels[:count])
 
     # ----------------------------------------------------------------------------------------
     # Stage bodies (each writes only into preallocated buffers: safe to capture as graphs)
@@ -451,18 +475,14 @@ class Pi0Engine:
                     continue
                 self._slot_frame_keys[slot][cam] = None
                 pending.append((slot, cam, key, frames[cam]))
+        # Frames of one size next to each other: one resize launch per size on the GPU.
+        pending.sort(key=lambda item: item[3].shape[:2])
         host_frames = self._host_frames.numpy()
         for index, (_, _, _, frame) in enumerate(pending):
             height, width = frame.shape[0], frame.shape[1]
-            size = height * width * 3
-            np.copyto(host_frames[index, :size].reshape(height, width, 3), frame)
-            if cuda:
-                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
-                                                        non_blocking=True)
-            self._resizer.resize_into(self._device_frames[index, :size].view(height, width, 3),
-                                      self._pixels[index])
+            np.copyto(host_frames[index, :height * width * 3].reshape(height, width, 3), frame)
         if pending:
-            scale_to_signed_unit(self._pixels[:len(pending)])
+            self._prepare_pixels([item[3].shape[:2] for item in pending])
         marks = {'preprocess': time.perf_counter()}
         if cuda:
             self._events['preprocess'].record()

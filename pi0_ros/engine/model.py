@@ -17,7 +17,8 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import kernels
+from pi0_ros.engine import gemm, kernels
+from pi0_ros.engine.attention import attention, key_bias
 from pi0_ros.engine.config import ModelDims
 
 
@@ -292,46 +293,19 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     out.copy_(F.linear(normed, w.projector_w, w.projector_b).view(k, n, -1))
 
 
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean mask (True = attend) -> additive mask (0 / -inf) in the attention dtype."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
-        ~allowed, float('-inf'))
-
-
-# Query rows up to which attention runs as split-key Triton kernels (the denoising suffix);
-# the prefix's thousands of rows fill the GPU through the two GEMMs below.
-SPLIT_ATTENTION_MAX_QUERIES = 1024
-
-
-def _attend(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-            mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """
-    Masked attention of [b,Q,hd] queries over one KV head [b,L,hd]; mask [b|1,Q|1,L].
-
-    Few queries over few keys: fused attention kernels would run a handful of thread blocks
-    (one per 64 queries of the single head). The prefix uses two batched GEMMs and a float32
-    softmax; the denoising suffix (408 rows) uses split-key Triton kernels on CUDA in half
-    precision (2 launches instead of 3 tiny GEMM/softmax kernels per layer and step).
-    """
-    if (kernels.use_triton(queries) and queries.dtype != torch.float32
-            and queries.shape[1] <= SPLIT_ATTENTION_MAX_QUERIES):
-        # The action expert's 51 tokens x 8 heads: split the keys across the GPU instead.
-        return kernels.split_attention(queries, keys, values, mask, scale)
-    scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
-    # Softmax accumulates in float32 internally and rounds once to the query dtype.
-    weights = torch.softmax(scores, dim=-1)
-    return torch.bmm(weights, values)
-
-
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
-                 cache_v: torch.Tensor, start: int, mask: torch.Tensor, final_out=None):
+                 cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
+                 final_out=None):
     """
     Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
 
     Each layer writes its post-RoPE K and V for positions start..start+S into the cache and
-    attends over cache positions 0..start+S. A layer without out_w only writes K/V.
-    If final_out is given, it receives the last residual add + RMS normalization.
+    attends over cache positions 0..start+S with the additive key bias [b, start+S]; with
+    state_keys, the first token's queries see only keys before state_keys. A layer without
+    out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
+    normalization. Projections go through gemm.linear, whose float32 partial sums the fused
+    norm and RoPE kernels add up.
     """
     dtype = layers[0].qkv_w.dtype
     b, seq, width = x.shape
@@ -343,7 +317,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     pending = None
     for index, layer in enumerate(layers):
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
-        qkv = F.linear(normed, layer.qkv_w)
+        qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
         if layer.out_w is None:
@@ -351,18 +325,18 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             return
         kernels.rope_qkv(qkv, cos, sin, queries, keys, values, heads, hd)
         # One KV head: fold the query heads into the query sequence (row = token * heads + h).
-        attended = _attend(queries.view(b, seq * heads, hd), cache_k[index, :b, 0, :start + seq],
-                           cache_v[index, :b, 0, :start + seq], mask, hd ** -0.5)
-        kernels.add_rms_norm(stream, F.linear(attended.view(rows, heads * hd), layer.out_w),
+        attended = attention(queries.view(b, seq * heads, hd),
+                             cache_k[index, :b, 0, :start + seq],
+                             cache_v[index, :b, 0, :start + seq], bias, hd ** -0.5,
+                             state_rows=heads if state_keys else 0, state_keys=state_keys)
+        kernels.add_rms_norm(stream, gemm.linear(attended.view(rows, heads * hd), layer.out_w),
                              normed, dims.rms_norm_eps)
-        gate_up = F.linear(normed, layer.gate_up_w)
-        hidden = torch.empty(rows, gate_up.shape[1] // 2, dtype=dtype, device=x.device)
-        kernels.gelu_mul(gate_up, hidden)
-        pending = F.linear(hidden, layer.down_w)
+        hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
+        pending = gemm.linear(hidden, layer.down_w)
     if final_out is not None:
         kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
     elif pending is not None:
-        stream.add_(pending)
+        stream.add_(kernels.sum_parts(pending))
 
 
 def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
@@ -377,25 +351,8 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     x = embeds.to(torch.float32, copy=True)
     cos = w.rope_cos[:length].repeat(b, 1)
     sin = w.rope_sin[:length].repeat(b, 1)
-    mask = additive_mask(key_mask.view(b, 1, length), w.embed_tokens.dtype)
     _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
-                 mask)
-
-
-def suffix_attention_mask(dims: ModelDims, key_mask: torch.Tensor) -> torch.Tensor:
-    """
-    Mask [b,1,(chunk+1)*heads,P+chunk+1] for the suffix (state token, then action tokens).
-
-    Suffix queries see every real prefix token; the state token sees only itself among the
-    suffix tokens, action tokens see the state token and all action tokens.
-    """
-    b, length = key_mask.shape[0], key_mask.shape[-1]
-    suffix = dims.chunk_size + 1
-    block = torch.ones(suffix, suffix, dtype=torch.bool, device=key_mask.device)
-    block[0, 1:] = False
-    prefix_part = key_mask.view(b, 1, 1, length).expand(b, 1, suffix, length)
-    full = torch.cat([prefix_part, block.expand(b, 1, suffix, suffix)], dim=-1)
-    return full.repeat_interleave(dims.expert_heads, dim=2)
+                 key_bias(key_mask))
 
 
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
@@ -413,7 +370,8 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     positions = prefix_valid[:, None] + torch.arange(suffix, device=noise.device)[None, :]
     cos = w.rope_cos[positions.view(-1)]
     sin = w.rope_sin[positions.view(-1)]
-    mask = additive_mask(suffix_attention_mask(dims, key_mask).squeeze(1), w.embed_tokens.dtype)
+    # Suffix keys: the state token (sees the prefix and itself), then the action tokens.
+    bias = key_bias(key_mask, extra_keys=suffix)
     state_token = F.linear(state, w.state_w, w.state_b)[:, None, :]
     normed = torch.empty(b, suffix, dims.expert_width, device=noise.device)
     _, dt = euler_times(dims.num_steps)
@@ -423,7 +381,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
         act = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
         x = torch.cat([state_token, act], dim=1)
         _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
-                     length, mask, final_out=normed)
+                     length, bias, state_keys=length + 1, final_out=normed)
         velocity = F.linear(normed[:, 1:], w.action_out_w, w.action_out_b)
         x_t = x_t + dt * velocity
     out.copy_(x_t)

@@ -14,6 +14,38 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from pi0_ros.engine.kernels import triton
+
+if triton is not None:
+    import triton.language as tl
+
+    @triton.jit
+    def _resize_frames_kernel(frames_ptr, pixels_ptr, col0_ptr, col1_ptr, col_w0_ptr,
+                              col_w1_ptr, row0_ptr, row1_ptr, row_w0_ptr, row_w1_ptr,
+                              frame_stride, width, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+        # One program: one output row of one frame, all columns and channels.
+        out_row, frame = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        inside = cols < SIZE
+        col0 = tl.load(col0_ptr + cols, mask=inside, other=0)
+        col1 = tl.load(col1_ptr + cols, mask=inside, other=0)
+        col_w0 = tl.load(col_w0_ptr + cols, mask=inside, other=0.0)
+        col_w1 = tl.load(col_w1_ptr + cols, mask=inside, other=0.0)
+        top = frames_ptr + frame * frame_stride + tl.load(row0_ptr + out_row) * width * 3
+        bottom = frames_ptr + frame * frame_stride + tl.load(row1_ptr + out_row) * width * 3
+        row_w0 = tl.load(row_w0_ptr + out_row)
+        row_w1 = tl.load(row_w1_ptr + out_row)
+        out = pixels_ptr + frame * 3 * SIZE * SIZE + out_row * SIZE + cols
+        for channel in tl.static_range(3):
+            a = tl.load(top + col0 * 3 + channel, mask=inside, other=0).to(tl.float32) * col_w0
+            a += tl.load(top + col1 * 3 + channel, mask=inside, other=0).to(tl.float32) * col_w1
+            b = tl.load(bottom + col0 * 3 + channel, mask=inside, other=0).to(tl.float32) \
+                * col_w0
+            b += tl.load(bottom + col1 * 3 + channel, mask=inside, other=0).to(tl.float32) \
+                * col_w1
+            value = tl.minimum(tl.maximum(a * row_w0 + b * row_w1, 0.0), 255.0)
+            tl.store(out + channel * SIZE * SIZE, value * (2.0 / 255.0) - 1.0, mask=inside)
+
 
 @dataclass
 class ResizePlan:
@@ -115,6 +147,22 @@ class FrameResizer:
         torch.index_select(a_f, 0, plan.row1, out=bottom)
         top.mul_(plan.row_w0).addcmul_(bottom, plan.row_w1)
         out.copy_(top.permute(2, 0, 1))
+
+
+def resize_frames(resizer: FrameResizer, frames: torch.Tensor, height: int, width: int,
+                  out: torch.Tensor) -> None:
+    """
+    Resize n uint8 frames of one size, scaled to [-1, 1], in one launch (Triton, CUDA only).
+
+    frames [n, >= H*W*3] uint8 (row i holds frame i as HxWx3 bytes); out [n,3,S,S] float32.
+    Same arithmetic as resize_into followed by scale_to_signed_unit.
+    """
+    plan = resizer.plan(height, width)
+    size = resizer.size
+    _resize_frames_kernel[(size, frames.shape[0])](
+        frames, out, plan.col0, plan.col1, plan.col_w0, plan.col_w1, plan.row0, plan.row1,
+        plan.row_w0, plan.row_w1, frames.stride(0), width, SIZE=size,
+        BLOCK=triton.next_power_of_2(size), num_warps=4)
 
 
 def scale_to_signed_unit(pixels: torch.Tensor) -> None:

@@ -1,0 +1,206 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Time the Triton kernels' launch configurations at Pi0's shapes, inside CUDA graphs (GPU only).
+
+Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down) at 51, 102,
+204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
+kernel). Attention: the denoising suffix (408 rows, 867 keys) and the prefix (6528 rows, 816
+keys). Every candidate is checked against a float32 reference, then timed as a CUDA graph of
+repeated calls over as many weight copies as it takes to miss the L2 cache (as the 18 layers
+do). Writes JSON (all timings and the best configurations, in kernel_configs' format); with
+--apply-best, sets them in pi0_ros.engine.kernel_configs and runs the engine benchmark
+(pi0_ros.bench) with the remaining arguments in this process.
+"""
+import argparse
+import itertools
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from pi0_ros.engine import attention, gemm, kernel_configs, kernels
+
+EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
+          'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
+ROWS = (51, 102, 204, 408)
+L2_BYTES = 120 << 20
+
+
+def time_graph(calls: list, repeats: int = 20, trials: int = 5) -> float:
+    """Median microseconds of one call, from a CUDA graph of repeats x all calls."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            for call in calls:
+                call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(trials):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e3 / (repeats * len(calls)))
+    del graph
+    return sorted(samples)[len(samples) // 2]
+
+
+def gemm_candidates(rows: int, gelu_mul: bool):
+    """Coarse grid of skinny-GEMM configurations for one row count."""
+    block_ms = (64,) if rows <= 64 else (64, 128)
+    for block_m, block_n, block_k, split_k, stages in itertools.product(
+            block_ms, (32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
+        if gelu_mul and split_k > 1:
+            continue
+        tile_bytes = (block_m + block_n * (2 if gelu_mul else 1)) * block_k * 2 * stages
+        if tile_bytes > 200 * 1024:
+            continue
+        yield gemm.SkinnyConfig(block_m, block_n, block_k, split_k,
+                                8 if block_n * block_m >= 128 * 64 else 4, stages)
+
+
+def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
+    n_out, depth, gelu_mul = EXPERT[name]
+    n_weight = 2 * n_out if gelu_mul else n_out
+    copies = max(2, -(-L2_BYTES // (n_weight * depth * 2)))
+    weights = [torch.randn(n_weight, depth, dtype=dtype, device='cuda') * 0.03
+               for _ in range(copies)]
+    x = torch.randn(rows, depth, dtype=dtype, device='cuda')
+    product = x.float() @ weights[0].float().T
+    reference = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+                 if gelu_mul else product)
+    scale = reference.abs().max().item()
+
+    hidden = torch.empty(rows, n_out, dtype=dtype, device='cuda')
+
+    def cublas(weight):
+        if gelu_mul:
+            return lambda: kernels.gelu_mul(F.linear(x, weight), hidden)
+        return lambda: F.linear(x, weight)
+
+    result = {'name': name, 'rows': rows, 'n_out': n_out, 'k': depth, 'gelu_mul': gelu_mul,
+              'cublas_us': time_graph([cublas(w) for w in weights]), 'configs': []}
+    for config in gemm_candidates(rows, gelu_mul):
+        if not gemm.supports(rows, weights[0], config, gelu_mul):
+            continue
+        try:
+            out = kernels.sum_parts(gemm.skinny_linear(x, weights[0], gelu_mul=gelu_mul,
+                                                       config=config)).float()
+            error = (out - reference).abs().max().item() / scale
+            micros = time_graph([lambda w=w: gemm.skinny_linear(x, w, gelu_mul=gelu_mul,
+                                                                config=config)
+                                 for w in weights])
+        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
+            print(f'  {name} {rows} {config}: failed ({type(failure).__name__})')
+            continue
+        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
+    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
+    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
+    best = result['best']
+    print(f'{name:8s} rows {rows:3d}: cuBLAS {result["cublas_us"]:6.2f} us, best Triton '
+          f'{best["us"] if best else float("nan"):6.2f} us {best["config"] if best else ""}',
+          flush=True)
+    return result
+
+
+def attention_problem(batch, rows, prefix, suffix, dim=256, layers=18, dtype=torch.bfloat16):
+    length = prefix + suffix
+    q = torch.randn(batch, rows, dim, dtype=dtype, device='cuda')
+    caches = [(torch.randn(batch, length, dim, dtype=dtype, device='cuda'),
+               torch.randn(batch, length, dim, dtype=dtype, device='cuda'))
+              for _ in range(layers)]
+    key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
+    key_mask[:, prefix - 30:] = False  # a short instruction: padding at the end
+    return q, caches, attention.key_bias(key_mask, extra_keys=suffix)
+
+
+def tune_attention(kind: str) -> dict:
+    if kind == 'suffix':
+        heads, prefix, suffix = 8, 816, 51
+        rows, state_rows, state_keys = suffix * heads, heads, prefix + 1
+        grid = itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3))
+    else:
+        heads, prefix, suffix = 8, 816, 0
+        rows, state_rows, state_keys = prefix * heads, 0, 0
+        grid = itertools.product((64, 128), (32, 64), (0, 256), (4, 8), (2, 3))
+    q, caches, bias = attention_problem(1, rows, prefix, suffix)
+    scale = 256 ** -0.5
+    k0, v0 = caches[0]
+    mask = attention.dense_mask(bias, rows, state_rows, state_keys, torch.float32)
+    reference = torch.softmax(q.float() @ k0.float().transpose(1, 2) * scale + mask,
+                              -1) @ v0.float()
+    baseline = time_graph([lambda k=k, v=v: torch.bmm(torch.softmax(torch.baddbmm(
+        attention.dense_mask(bias, rows, state_rows, state_keys, q.dtype), q,
+        k.transpose(1, 2), alpha=scale), -1), v) for k, v in caches[:4]])
+    result = {'kind': kind, 'rows': rows, 'keys': prefix + suffix, 'torch_us': baseline,
+              'configs': []}
+    for block_m, block_n, keys_per_split, warps, stages in grid:
+        config = {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
+                  'num_warps': warps, 'num_stages': stages}
+        try:
+            out = attention._launch(q, k0, v0, bias, scale, state_rows, state_keys, config)
+            error = (out.float() - reference).abs().max().item()
+            micros = time_graph([lambda k=k, v=v: attention._launch(
+                q, k, v, bias, scale, state_rows, state_keys, config) for k, v in caches])
+        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
+            print(f'  attention {kind} {config}: failed ({type(failure).__name__})')
+            continue
+        result['configs'].append({'config': config, 'us': micros, 'max_abs_error': error})
+    valid = [c for c in result['configs'] if c['max_abs_error'] < 2e-2]
+    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
+    print(f'attention {kind}: torch {baseline:.2f} us, best {result["best"]}', flush=True)
+    return result
+
+
+def best_configs(gemm_results: list, attention_results: list) -> dict:
+    """Return kernel_configs values: per shape, rows -> config (None = cuBLAS is faster)."""
+    skinny = {}
+    for result in sorted(gemm_results, key=lambda r: r['rows']):
+        key = (result['n_out'], result['k'], result['gelu_mul'])
+        best = result['best']
+        choice = best['config'] if best and best['us'] < result['cublas_us'] else None
+        skinny.setdefault(key, []).append((result['rows'], choice))
+    attention_configs = {r['kind']: r['best']['config'] for r in attention_results
+                         if r['best'] is not None}
+    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs}
+
+
+def apply(configs: dict) -> None:
+    """Set measured configurations in kernel_configs (for this process)."""
+    kernel_configs.SKINNY_LINEAR = configs['SKINNY_LINEAR']
+    kernel_configs.ATTENTION.update(configs['ATTENTION'])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
+    parser.add_argument('--apply-best', action='store_true')
+    args, bench_args = parser.parse_known_args(argv)
+    started = time.time()
+    gemm_results = [tune_gemm(name, rows) for name in EXPERT for rows in ROWS]
+    attention_results = [tune_attention(kind) for kind in ('suffix', 'prefix')]
+    configs = best_configs(gemm_results, attention_results)
+    print('best configurations:', configs)
+    with open(args.json, 'w') as stream:
+        json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
+                   'gemm': gemm_results, 'attention': attention_results,
+                   'best': {'SKINNY_LINEAR': [[list(key), value] for key, value in
+                                              configs['SKINNY_LINEAR'].items()],
+                            'ATTENTION': configs['ATTENTION']}}, stream, indent=1)
+    if args.apply_best:
+        apply(configs)
+        from pi0_ros import bench
+        return bench.main(bench_args)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

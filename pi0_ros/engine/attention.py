@@ -1,0 +1,179 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Attention of many query rows over Pi0's single KV head (Triton on CUDA, PyTorch elsewhere).
+
+Pi0's Gemma layers have 8 query heads and one KV head, so the heads fold into the query rows
+(row = token * heads + head) and attention becomes one [rows, keys] problem per observation.
+The mask is never materialized: a key is visible when its additive bias is 0 (padding of the
+instruction is -inf) and, for the first `state_rows` rows (the state token's heads), when it
+lies before `state_keys` (the state token sees the prefix and itself, not the actions).
+
+Two launch shapes (kernel_configs.ATTENTION):
+  suffix  the 408 denoising rows: keys split over programs (flash-decoding), each keeps a
+          float32 online softmax, a second kernel merges the splits
+  prefix  thousands of rows: one pass over the keys per program, normalized output written
+          directly
+"""
+import torch
+
+from pi0_ros.engine import kernel_configs, kernels
+from pi0_ros.engine.kernels import triton
+
+LOG2E = 1.4426950408889634
+
+if triton is not None:
+    import triton.language as tl
+
+    @triton.jit
+    def _attention_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
+                          part_l_ptr, n_queries, n_keys, keys_per_split, scale_log2,
+                          state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
+                          stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
+                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+        block_m, split, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        row_ok = rows < n_queries
+        q = tl.load(q_ptr + batch * stride_qb + rows[:, None] * stride_qm + dims[None, :],
+                    mask=row_ok[:, None], other=0.0)
+        state_row = rows[:, None] < state_rows
+        m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        start = split * keys_per_split
+        stop = tl.minimum(start + keys_per_split, n_keys)
+        for key_start in range(start, stop, BLOCK_N):
+            keys = key_start + tl.arange(0, BLOCK_N)
+            key_ok = keys < stop
+            k = tl.load(k_ptr + batch * stride_kb + keys[:, None] * stride_kn + dims[None, :],
+                        mask=key_ok[:, None], other=0.0)
+            bias = tl.load(bias_ptr + batch * stride_bias_b + keys, mask=key_ok,
+                           other=float('-inf'))
+            # Scores in the log2 domain (exp2 below); masked keys are -inf.
+            scores = tl.dot(q, tl.trans(k)) * scale_log2 + bias[None, :]
+            scores = tl.where(state_row & (keys[None, :] >= state_keys), float('-inf'), scores)
+            m_new = tl.maximum(m_i, tl.max(scores, 1))
+            # Rows whose keys so far are all masked keep a finite reference (no inf - inf).
+            m_ref = tl.where(m_new == float('-inf'), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_ref)
+            p = tl.exp2(scores - m_ref[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + batch * stride_vb + keys[:, None] * stride_vn + dims[None, :],
+                        mask=key_ok[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        if SPLIT:
+            part = (batch * tl.num_programs(1) + split) * n_queries + rows
+            tl.store(part_o_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc,
+                     mask=row_ok[:, None])
+            tl.store(part_m_ptr + part, m_i, mask=row_ok)
+            tl.store(part_l_ptr + part, l_i, mask=row_ok)
+        else:
+            out = acc / l_i[:, None]
+            tl.store(out_ptr + batch * stride_ob + rows[:, None] * stride_om + dims[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+    @triton.jit
+    def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
+                             stride_ob, stride_om, N_SPLITS: tl.constexpr,
+                             HEAD_DIM: tl.constexpr):
+        row, batch = tl.program_id(0), tl.program_id(1)
+        dims = tl.arange(0, HEAD_DIM)
+        base = batch * N_SPLITS * n_queries + row
+        m_max = float('-inf')
+        for split in tl.static_range(N_SPLITS):
+            m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + split * n_queries))
+        total = 0.0
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        for split in tl.static_range(N_SPLITS):
+            index = base + split * n_queries
+            weight = tl.exp2(tl.load(part_m_ptr + index) - m_max)
+            total += tl.load(part_l_ptr + index) * weight
+            acc += tl.load(part_o_ptr + index * HEAD_DIM + dims) * weight
+        tl.store(out_ptr + batch * stride_ob + row * stride_om + dims,
+                 (acc / total).to(out_ptr.dtype.element_ty))
+
+
+def key_bias(key_mask: torch.Tensor, extra_keys: int = 0) -> torch.Tensor:
+    """
+    Additive float32 bias [b, P + extra_keys]: 0 for real prefix tokens, -inf for padding.
+
+    key_mask [b, ..., P] bool (True = real token); the extra (suffix) keys are always visible.
+    """
+    b, length = key_mask.shape[0], key_mask.shape[-1]
+    bias = torch.zeros(b, length + extra_keys, dtype=torch.float32, device=key_mask.device)
+    bias[:, :length].masked_fill_(~key_mask.reshape(b, length), float('-inf'))
+    return bias
+
+
+def dense_mask(bias: torch.Tensor, n_queries: int, state_rows: int, state_keys: int,
+               dtype: torch.dtype) -> torch.Tensor:
+    """Return the additive mask [b, n_queries | 1, L] that attention() applies (PyTorch)."""
+    if state_rows == 0:
+        return bias[:, None, :].to(dtype)
+    mask = torch.empty(bias.shape[0], n_queries, bias.shape[1], dtype=dtype, device=bias.device)
+    mask.copy_(bias[:, None, :])
+    mask[:, :state_rows, state_keys:] = float('-inf')
+    return mask
+
+
+def use_kernel(queries: torch.Tensor) -> bool:
+    """Tell whether the Triton kernels run: half precision on CUDA, head_dim a power of 2."""
+    head_dim = queries.shape[-1]
+    return (kernels.use_triton(queries) and queries.dtype != torch.float32
+            and head_dim >= 16 and head_dim & (head_dim - 1) == 0)
+
+
+def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+              bias: torch.Tensor, scale: float, state_rows: int = 0,
+              state_keys: int = 0, shape: str = None) -> torch.Tensor:
+    """
+    Masked attention of queries [b,M,D] over one KV head keys/values [b,L,D] (last dim dense).
+
+    bias [b, L] float32 additive (0 / -inf); rows < state_rows see only keys < state_keys.
+    Every row must see at least one key. shape picks the launch configuration ('suffix' or
+    'prefix'; by default by row count).
+    """
+    if not use_kernel(queries):
+        mask = dense_mask(bias, queries.shape[1], state_rows, state_keys, queries.dtype)
+        scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
+        # Softmax accumulates in float32 internally and rounds once to the query dtype.
+        return torch.bmm(torch.softmax(scores, dim=-1), values)
+    return _launch(queries, keys, values, bias, scale, state_rows, state_keys,
+                   kernel_configs.ATTENTION[shape or ('suffix' if queries.shape[1] <= 1024
+                                                      else 'prefix')])
+
+
+def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
+    batch, n_queries, head_dim = queries.shape
+    n_keys = keys.shape[1]
+    keys_per_split = config['keys_per_split'] or n_keys
+    n_splits = triton.cdiv(n_keys, keys_per_split)
+    split = n_splits > 1
+    out = torch.empty_like(queries)
+    if split:
+        part_o = torch.empty(batch, n_splits, n_queries, head_dim, dtype=torch.float32,
+                             device=queries.device)
+        part_m = torch.empty(batch, n_splits, n_queries, dtype=torch.float32,
+                             device=queries.device)
+        part_l = torch.empty_like(part_m)
+    else:
+        part_o = part_m = part_l = out
+    block_m = config['block_m']
+    _attention_kernel[(triton.cdiv(n_queries, block_m), n_splits, batch)](
+        queries, keys, values, bias, out, part_o, part_m, part_l, n_queries, n_keys,
+        keys_per_split, scale * LOG2E, state_rows, state_keys, queries.stride(0),
+        queries.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
+        bias.stride(0), out.stride(0), out.stride(1), HEAD_DIM=head_dim, BLOCK_M=block_m,
+        BLOCK_N=min(config['block_n'], triton.next_power_of_2(keys_per_split)), SPLIT=split,
+        num_warps=config['num_warps'], num_stages=config['num_stages'])
+    if split:
+        _merge_splits_kernel[(n_queries, batch)](
+            part_o, part_m, part_l, out, n_queries, out.stride(0), out.stride(1),
+            N_SPLITS=n_splits, HEAD_DIM=head_dim, num_warps=4)
+    return out
+
+
+__all__ = ['attention', 'dense_mask', 'key_bias']

@@ -1,0 +1,164 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Skinny GEMM for the action expert: few rows (51 tokens per observation) times large weights.
+
+At batch 1 each projection of the expert is a weight stream: [51, K] x [K, N] reads N*K half
+floats and does almost no arithmetic, so what matters is keeping enough bytes in flight on every
+SM and launching few kernels. One Triton kernel covers the three shapes of work:
+  plain     y = x @ W^T, rounded once to the compute dtype
+  split-K   the K range split over programs; each writes a float32 partial sum [S, M, N] that
+            the next fused kernel (add_rms_norm, rope_qkv) adds up while it reads it: no extra
+            reduction kernel, no atomics
+  gelu_mul  W = [gate; up] stacked: y = gelu_tanh(x @ gate^T) * (x @ up^T), two accumulators in
+            one program, so the MLP's hidden activations are written once, already activated
+Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic.
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from pi0_ros.engine import kernel_configs, kernels
+from pi0_ros.engine.kernels import triton
+
+if triton is not None:
+    import triton.language as tl
+
+    from pi0_ros.engine.kernels import gelu_tanh
+
+    @triton.jit
+    def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, n_rows, k_per_split, up_offset,
+                              stride_xm, stride_wn, stride_om, stride_os,
+                              GELU_MUL: tl.constexpr, PARTIAL: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr):
+        block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = (block_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+        depth = split * k_per_split + tl.arange(0, BLOCK_K)
+        row_ok = rows[:, None] < n_rows
+        x_ptrs = x_ptr + rows[:, None].to(tl.int64) * stride_xm + depth[None, :]
+        w_ptrs = w_ptr + cols[:, None] * stride_wn + depth[None, :]
+        up_ptrs = w_ptrs + up_offset * stride_wn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for _ in range(0, k_per_split, BLOCK_K):
+            x = tl.load(x_ptrs, mask=row_ok, other=0.0)
+            acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc)
+            if GELU_MUL:
+                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs)), acc_up)
+                up_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+        if GELU_MUL:
+            acc = gelu_tanh(acc) * acc_up
+        out_ptrs = out_ptr + split * stride_os + rows[:, None] * stride_om + cols[None, :]
+        if PARTIAL:
+            tl.store(out_ptrs, acc, mask=row_ok)
+        else:
+            tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig:
+    """One launch configuration of the skinny GEMM."""
+
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 128
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+
+def supports(rows: int, weight: torch.Tensor, config: SkinnyConfig, gelu_mul: bool) -> bool:
+    """Tell whether a configuration tiles this problem exactly (N and K; rows are masked)."""
+    n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
+    depth = weight.shape[1]
+    return (n_out % config.block_n == 0 and depth % (config.block_k * config.split_k) == 0
+            and not (gelu_mul and config.split_k > 1) and rows >= 1)
+
+
+def heuristic_config(rows: int, n_out: int, depth: int, gelu_mul: bool) -> SkinnyConfig:
+    """Pick a configuration: about one wave of programs, each streaming a 64-column slab."""
+    block_m = 64 if rows > 16 else 16
+    block_n = next(size for size in (64, 32, 16) if n_out % size == 0)
+    block_k = next(size for size in (128, 64, 32, 16) if depth % size == 0)
+    programs = -(-rows // block_m) * (n_out // block_n)
+    split_k = 1
+    while (not gelu_mul and programs * split_k * 2 <= 160 and split_k < 8
+           and depth % (block_k * split_k * 2) == 0):
+        split_k *= 2
+    return SkinnyConfig(block_m, block_n, block_k, split_k, 4, 3 if gelu_mul else 4)
+
+
+def config_for(rows: int, weight: torch.Tensor, gelu_mul: bool):
+    """
+    Return the measured configuration for this shape and row count, else the heuristic.
+
+    None when the measurements found cuBLAS faster for this many rows.
+    """
+    n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
+    measured = kernel_configs.SKINNY_LINEAR.get((n_out, weight.shape[1], gelu_mul))
+    if not measured:
+        return heuristic_config(rows, n_out, weight.shape[1], gelu_mul)
+    for max_rows, values in measured:
+        if rows <= max_rows:
+            return None if values is None else SkinnyConfig(**values)
+    return None
+
+
+def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Tell whether the skinny kernel runs: half precision on CUDA, few rows, tileable shape."""
+    return (kernels.use_triton(x) and x.dtype in (torch.float16, torch.bfloat16)
+            and x.shape[0] <= kernel_configs.SKINNY_LINEAR_MAX_ROWS
+            and weight.shape[1] % 16 == 0 and weight.shape[0] % 32 == 0)
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False,
+                  config: SkinnyConfig = None) -> torch.Tensor:
+    """
+    Compute x [M,K] @ weight [N,K]^T with the Triton kernel (x contiguous in K).
+
+    Returns [M,N] in x.dtype, or float32 partial sums [split_k, M, N] when the configuration
+    splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
+    weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F].
+    """
+    rows, depth = x.shape
+    n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
+    config = config or config_for(rows, weight, gelu_mul) \
+        or heuristic_config(rows, n_out, depth, gelu_mul)
+    if not supports(rows, weight, config, gelu_mul):
+        raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
+                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul})')
+    partial = config.split_k > 1
+    if partial:
+        out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
+    else:
+        out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
+    _skinny_linear_kernel[grid](
+        x, weight, out, rows, depth // config.split_k, n_out, x.stride(0), weight.stride(0),
+        n_out, rows * n_out, GELU_MUL=gelu_mul, PARTIAL=partial, BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
+        num_stages=config.num_stages)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False) -> torch.Tensor:
+    """
+    Projection of the action expert: the skinny kernel where it applies, else PyTorch.
+
+    The result may be float32 partial sums [S, M, N] (see skinny_linear); consumers accept both.
+    """
+    if use_skinny(x, weight):
+        config = config_for(x.shape[0], weight, gelu_mul)
+        if config is not None and supports(x.shape[0], weight, config, gelu_mul):
+            return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
+    y = F.linear(x, weight)
+    if not gelu_mul:
+        return y
+    hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=y.dtype, device=y.device)
+    kernels.gelu_mul(y, hidden)
+    return hidden

@@ -1,0 +1,159 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Checks of the Triton kernels on the CPU, through Triton's interpreter.
+
+Run by test_engine_kernels.py in a subprocess with TRITON_INTERPRET=1 (the interpreter must be
+chosen before triton is imported): `python triton_interpreter_checks.py NAME` runs one check
+and prints 'NAME ok'. Each compares a kernel with a float32 PyTorch reference.
+"""
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from pi0_ros.engine import gemm, kernels
+from pi0_ros.engine.attention import _launch, dense_mask, key_bias
+from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
+
+
+def close(actual, expected, tolerance, what):
+    error = (actual.float() - expected.float()).abs().max().item()
+    assert error < tolerance, f'{what}: max error {error} >= {tolerance}'
+
+
+def check_skinny_linear():
+    torch.manual_seed(0)
+    for rows in (5, 51, 70):
+        x = torch.randn(rows, 128, dtype=torch.float16)
+        weight = (torch.randn(96, 128) * 0.1).half()
+        reference = x.float() @ weight.float().T
+        for split_k in (1, 2, 4):
+            config = gemm.SkinnyConfig(block_m=16 if rows < 16 else 64, block_n=32,
+                                       block_k=32, split_k=split_k)
+            out = gemm.skinny_linear(x, weight, config=config)
+            if split_k == 1:
+                assert out.shape == (rows, 96) and out.dtype == torch.float16
+            else:
+                assert out.shape == (split_k, rows, 96) and out.dtype == torch.float32
+            close(kernels.sum_parts(out), reference, 2e-2, f'linear rows={rows} split={split_k}')
+        gate_up = (torch.randn(2 * 64, 128) * 0.1).half()
+        product = x.float() @ gate_up.float().T
+        expected = F.gelu(product[:, :64], approximate='tanh') * product[:, 64:]
+        out = gemm.skinny_linear(x, gate_up, gelu_mul=True,
+                                 config=gemm.SkinnyConfig(block_n=32, block_k=64))
+        assert out.shape == (rows, 64)
+        close(out, expected, 2e-2, f'gelu_mul rows={rows}')
+    # A configuration that does not tile the shape is refused, not run.
+    try:
+        gemm.skinny_linear(x, weight, config=gemm.SkinnyConfig(block_n=64))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError('a non-tiling configuration was accepted')
+
+
+def check_fused_consumers_of_partial_sums():
+    torch.manual_seed(1)
+    rows, width, parts = 6, 48, 3
+    stream = torch.randn(rows, width)
+    partial = torch.randn(parts, rows, width)
+    out = torch.empty(rows, width, dtype=torch.float16)
+    expected_stream = stream + partial.sum(0)
+    expected = expected_stream * torch.rsqrt(expected_stream.pow(2).mean(-1, keepdim=True)
+                                             + 1e-6)
+    kernels.add_rms_norm(stream, partial, out, 1e-6)
+    close(stream, expected_stream, 1e-5, 'residual stream')
+    close(out, expected, 2e-3, 'rms norm of partial sums')
+    heads, head_dim, batch, seq = 2, 16, 2, 3
+    qkv_parts = torch.randn(parts, batch * seq, (heads + 2) * head_dim)
+    angle = torch.rand(batch * seq, head_dim // 2) * 6
+    cos, sin = angle.cos(), angle.sin()
+    results = []
+    for qkv in (qkv_parts, qkv_parts.sum(0).half()):
+        q = torch.empty(batch * seq, heads * head_dim, dtype=torch.float16)
+        k = torch.empty(batch, seq, head_dim, dtype=torch.float16)
+        v = torch.empty_like(k)
+        kernels.rope_qkv(qkv, cos, sin, q, k, v, heads, head_dim)
+        results.append((q, k, v))
+    kernels.INTERPRET_ON_CPU = False  # the PyTorch path as the reference
+    q = torch.empty(batch * seq, heads * head_dim)
+    k = torch.empty(batch, seq, head_dim)
+    v = torch.empty_like(k)
+    kernels.rope_qkv(qkv_parts, cos, sin, q, k, v, heads, head_dim)
+    for got in results:
+        for actual, expected, name in zip(got, (q, k, v), 'qkv'):
+            close(actual, expected, 1e-2, f'rope {name}')
+
+
+def check_attention():
+    torch.manual_seed(2)
+    for dtype, tolerance in ((torch.float16, 3e-3),):
+        for batch, prefix, heads, seq in ((1, 70, 4, 9), (2, 130, 2, 5)):
+            dim = 32
+            length = prefix + seq
+            key_mask = torch.ones(batch, prefix, dtype=torch.bool)
+            key_mask[-1, prefix - 11:] = False  # padding of the last observation
+            bias = key_bias(key_mask, extra_keys=seq)
+            q = torch.randn(batch, seq * heads, dim, dtype=dtype)
+            k_cache = torch.randn(batch, length + 5, dim, dtype=dtype)
+            v_cache = torch.randn(batch, length + 5, dim, dtype=dtype)
+            k, v = k_cache[:, :length], v_cache[:, :length]
+            scale = dim ** -0.5
+            mask = dense_mask(bias, seq * heads, heads, prefix + 1, torch.float32)
+            assert mask[0, 0, prefix + 1].item() == float('-inf')  # state row, action key
+            assert mask[0, heads, prefix + 1].item() == 0.0         # action row, action key
+            reference = torch.softmax(q.float() @ k.float().transpose(1, 2) * scale + mask,
+                                      -1) @ v.float()
+            for config in ({'block_m': 16, 'block_n': 16, 'keys_per_split': 32},
+                           {'block_m': 32, 'block_n': 32, 'keys_per_split': 0}):
+                config = dict(config, num_warps=4, num_stages=2)
+                out = _launch(q, k, v, bias, scale, heads, prefix + 1, config)
+                assert out.dtype == dtype and out.shape == q.shape
+                close(out, reference, tolerance, f'attention {batch} {prefix} {config}')
+
+
+def check_resize_frames():
+    rng = np.random.default_rng(3)
+    resizer = FrameResizer(60, 80, 32, torch.device('cpu'))
+    for height, width in ((48, 64), (60, 40), (32, 32)):
+        frames = torch.zeros(2, 60 * 80 * 3, dtype=torch.uint8)
+        expected = torch.empty(2, 3, 32, 32)
+        for index in range(2):
+            image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            frames[index, :image.size] = torch.from_numpy(image.reshape(-1))
+            resizer.resize_into(frames[index, :image.size].view(height, width, 3),
+                                expected[index])
+        scale_to_signed_unit(expected)
+        out = torch.full((2, 3, 32, 32), 7.0)
+        resize_frames(resizer, frames, height, width, out)
+        close(out, expected, 1e-5, f'resize {height}x{width}')
+
+
+def check_engine_triton_path_matches_pytorch_path():
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    rng = np.random.default_rng(4)
+    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(2)] \
+        + [rng.integers(0, 256, (90, 90, 3), dtype=np.uint8)]
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    outputs = []
+    for interpret in (True, False):
+        kernels.INTERPRET_ON_CPU = interpret
+        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
+                                  options=EngineOptions(device='cpu', precision='fp16',
+                                                        max_frame_height=120,
+                                                        max_frame_width=160))
+        outputs.append(engine.infer(frames, np.linspace(-1, 1, 6), 'pick up the cube',
+                                    noise=noise).actions)
+    triton_path, torch_path = (torch.from_numpy(a).flatten().double() for a in outputs)
+    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
+    assert cosine > 0.999, cosine
+
+
+if __name__ == '__main__':
+    assert kernels.INTERPRET_ON_CPU, 'run with TRITON_INTERPRET=1 PI0_ROS_TRITON_ON_CPU=1'
+    globals()[f'check_{sys.argv[1]}']()
+    print(sys.argv[1], 'ok')
