@@ -6,7 +6,8 @@
 # Usage (device tool, carry ['.whl']): bash benchmarks/run_h200.sh
 #   TUNE=1 (default) times the Triton kernels' configurations first (benchmarks/tune_kernels.py)
 #   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
-#   pi0_ros/engine/kernel_configs.py.
+#   pi0_ros/engine/kernel_configs.py. PDL_AB=1 first benchmarks batch 1 without programmatic
+#   dependent launch (bench_nopdl.log).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -22,6 +23,12 @@ python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.p
 BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}"
        --iters "${ITERS:-100}" --lerobot-iters "${LEROBOT_ITERS:-20}" --check --profile
        --out "$OUT/bench_full")
+if [ "${PDL_AB:-0}" = 1 ]; then
+  # The same engine without programmatic dependent launch, batch 1 (A/B in one run).
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1 \
+    --iters "${ITERS:-100}" --skip-lerobot --no-pdl --out /tmp/bench_nopdl 2>&1 \
+    | tee "$OUT/bench_nopdl.log"
+fi
 if [ "${TUNE:-1}" = 1 ]; then
   python3 benchmarks/tune_kernels.py --json "$OUT/kernel_tuning.json" --apply-best "${BENCH[@]}" \
     2>&1 | tee "$OUT/bench_full.log"

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+from pi0_ros.engine import EngineOptions, kernel_configs, ModelDims, Pi0Engine
 from pi0_ros.engine.loading import NormStats
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer
 
@@ -41,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--state-dim', type=int, default=14)
     parser.add_argument('--action-dim', type=int, default=14)
     parser.add_argument('--no-cuda-graphs', action='store_true')
+    parser.add_argument('--no-pdl', action='store_true',
+                        help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -317,6 +319,8 @@ def plot(report: dict, out: Path) -> list:
 def main(argv=None) -> int:
     """Entry point of `python -m pi0_ros.bench`, `pi0-ros-bench` and scripts/bench."""
     args = parse_args(argv)
+    if args.no_pdl:
+        kernel_configs.PDL = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()

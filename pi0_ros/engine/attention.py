@@ -25,13 +25,16 @@ LOG2E = 1.4426950408889634
 if triton is not None:
     import triton.language as tl
 
+    from pi0_ros.engine.kernels import pdl_enter
+
     @triton.jit
     def _attention_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
                           part_l_ptr, n_queries, n_keys, keys_per_split, scale_log2,
                           state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
                           stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
+                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         block_m, split, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, HEAD_DIM)
@@ -78,7 +81,8 @@ if triton is not None:
     @triton.jit
     def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
                              stride_ob, stride_om, N_SPLITS: tl.constexpr,
-                             HEAD_DIM: tl.constexpr):
+                             HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         row, batch = tl.program_id(0), tl.program_id(1)
         dims = tl.arange(0, HEAD_DIM)
         base = batch * N_SPLITS * n_queries + row
@@ -162,17 +166,19 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
     else:
         part_o = part_m = part_l = out
     block_m = config['block_m']
+    pdl = kernels.use_pdl(queries)
     _attention_kernel[(triton.cdiv(n_queries, block_m), n_splits, batch)](
         queries, keys, values, bias, out, part_o, part_m, part_l, n_queries, n_keys,
         keys_per_split, scale * LOG2E, state_rows, state_keys, queries.stride(0),
         queries.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         bias.stride(0), out.stride(0), out.stride(1), HEAD_DIM=head_dim, BLOCK_M=block_m,
         BLOCK_N=min(config['block_n'], triton.next_power_of_2(keys_per_split)), SPLIT=split,
-        num_warps=config['num_warps'], num_stages=config['num_stages'])
+        USE_PDL=pdl, num_warps=config['num_warps'], num_stages=config['num_stages'],
+        launch_pdl=pdl)
     if split:
         _merge_splits_kernel[(n_queries, batch)](
             part_o, part_m, part_l, out, n_queries, out.stride(0), out.stride(1),
-            N_SPLITS=n_splits, HEAD_DIM=head_dim, num_warps=4)
+            N_SPLITS=n_splits, HEAD_DIM=head_dim, USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
     return out
 
 

@@ -218,8 +218,11 @@ class Pi0Engine:
         """Host frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
-            largest = max(height * width * 3 for height, width in sizes)
-            self._device_frames[:count, :largest].copy_(self._host_frames[:count, :largest],
+            for index, (height, width) in enumerate(sizes):
+                # Contiguous pinned rows: plain asynchronous copies (a strided 2-D slice would
+                # be staged through a temporary).
+                size = height * width * 3
+                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
                                                         non_blocking=True)
             start = 0
             for (height, width), group in itertools.groupby(sizes):

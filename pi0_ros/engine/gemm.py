@@ -25,14 +25,15 @@ from pi0_ros.engine.kernels import triton
 if triton is not None:
     import triton.language as tl
 
-    from pi0_ros.engine.kernels import gelu_tanh
+    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
 
     @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, n_rows, k_per_split, up_offset,
                               stride_xm, stride_wn, stride_om, stride_os,
                               GELU_MUL: tl.constexpr, PARTIAL: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr):
+                              BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = (block_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -141,8 +142,9 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = Fal
     _skinny_linear_kernel[grid](
         x, weight, out, rows, depth // config.split_k, n_out, x.stride(0), weight.stride(0),
         n_out, rows * n_out, GELU_MUL=gelu_mul, PARTIAL=partial, BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+        BLOCK_N=config.block_n, BLOCK_K=config.block_k, USE_PDL=kernels.use_pdl(x),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+        launch_pdl=kernels.use_pdl(x))
     return out
 
 

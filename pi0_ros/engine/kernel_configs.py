@@ -7,12 +7,35 @@ benchmarks/tune_kernels.py times the candidates inside CUDA graphs (how the engi
 and prints the table these values come from. A shape that is not listed gets a heuristic.
 """
 
+# Use programmatic dependent launch between the Triton kernels on Hopper and newer GPUs: the
+# next kernel is launched while the current one finishes and waits (griddepcontrol.wait)
+# before it touches memory, hiding the launch gap between the denoiser's ~1,800 kernels.
+PDL = True
+
+
+def _skinny(block_m, block_n, block_k, split_k, num_warps, num_stages) -> dict:
+    return {'block_m': block_m, 'block_n': block_n, 'block_k': block_k, 'split_k': split_k,
+            'num_warps': num_warps, 'num_stages': num_stages}
+
+
 # Skinny GEMM (the action expert's projections, few rows): (n_out, k, gelu_mul) ->
 # [(max_rows, config or None), ...] in increasing max_rows; the first entry that covers the row
 # count is used; None (or no entry covering the rows) means cuBLAS was faster. A shape not
 # listed gets gemm.heuristic_config. split_k > 1 writes float32 partial sums that the next
 # fused kernel adds up.
-SKINNY_LINEAR = {}
+# H200, bf16, run 7 (benchmarks/h200_full/kernel_tuning.json); rows = 51 x batch.
+SKINNY_LINEAR = {
+    (2560, 1024, False): [(51, _skinny(64, 32, 64, 4, 4, 4)), (408, None)],       # qkv
+    (1024, 2048, False): [(51, _skinny(64, 64, 64, 8, 4, 4)),                     # o
+                          (102, _skinny(64, 64, 128, 4, 4, 4)),
+                          (204, _skinny(64, 64, 64, 4, 4, 4)), (408, None)],
+    (4096, 1024, True): [(51, _skinny(64, 32, 128, 1, 4, 4)),                     # gate_up
+                         (102, _skinny(64, 64, 64, 1, 4, 4)), (408, None)],
+    (1024, 4096, False): [(51, _skinny(64, 64, 128, 8, 4, 4)),                    # down
+                          (102, _skinny(64, 64, 64, 8, 4, 4)),
+                          (204, _skinny(128, 64, 128, 4, 8, 4)),
+                          (408, _skinny(128, 64, 128, 2, 8, 4))],
+}
 
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
@@ -20,8 +43,8 @@ SKINNY_LINEAR_MAX_ROWS = 512
 # Attention over one KV head: 'suffix' (the denoising tokens: few rows, keys split across
 # programs, then merged) and 'prefix' (thousands of rows, one pass over the keys).
 ATTENTION = {
-    'suffix': {'block_m': 16, 'block_n': 64, 'keys_per_split': 256, 'num_warps': 8,
+    'suffix': {'block_m': 64, 'block_n': 32, 'keys_per_split': 64, 'num_warps': 4,
                'num_stages': 2},
-    'prefix': {'block_m': 64, 'block_n': 64, 'keys_per_split': 0, 'num_warps': 8,
+    'prefix': {'block_m': 64, 'block_n': 64, 'keys_per_split': 0, 'num_warps': 4,
                'num_stages': 2},
 }

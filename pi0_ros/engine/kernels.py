@@ -12,14 +12,18 @@ over 51 tokens), so each layer's elementwise work is fused into three kernels:
 Every kernel computes in float32 and rounds once on store. The PyTorch versions are the
 reference the CPU path uses (and that the GPU tests compare against).
 """
+import functools
 import os
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from pi0_ros.engine import kernel_configs
+
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
@@ -34,7 +38,25 @@ def use_triton(tensor: torch.Tensor) -> bool:
     return triton is not None and (tensor.is_cuda or INTERPRET_ON_CPU)
 
 
+@functools.lru_cache(maxsize=None)
+def _hopper_or_newer(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def use_pdl(tensor: torch.Tensor) -> bool:
+    """Tell whether kernels on this tensor's device launch as programmatic dependents."""
+    return (kernel_configs.PDL and triton is not None and tensor.is_cuda
+            and _hopper_or_newer(tensor.device.index or 0))
+
+
 if triton is not None:
+    @triton.jit
+    def pdl_enter(USE_PDL: tl.constexpr):  # noqa: N803
+        """Wait for the previous kernel's memory, then let the next kernel launch (PDL)."""
+        if USE_PDL:
+            gdc_wait()
+            gdc_launch_dependents()
+
     @triton.jit
     def gelu_tanh(x):
         """Return GELU (tanh approximation) of float32 x, the tanh taken through a sigmoid."""
@@ -43,7 +65,9 @@ if triton is not None:
 
     @triton.jit
     def _add_norm_kernel(x_ptr, residual_ptr, out_ptr, n_cols, part_stride, eps,
-                         PARTS: tl.constexpr, CENTER: tl.constexpr, BLOCK: tl.constexpr):
+                         PARTS: tl.constexpr, CENTER: tl.constexpr, BLOCK: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         inside = cols < n_cols
@@ -73,7 +97,8 @@ if triton is not None:
     def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, seq, part_stride,
                          k_stride_b, k_stride_s, v_stride_b, v_stride_s,
                          HEADS: tl.constexpr, HEADS_P2: tl.constexpr, HALF: tl.constexpr,
-                         HALF_P2: tl.constexpr, PARTS: tl.constexpr):
+                         HALF_P2: tl.constexpr, PARTS: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         batch = row // seq
         pos = row % seq
@@ -109,7 +134,9 @@ if triton is not None:
         tl.store(v_row + HALF + j, v2.to(v_ptr.dtype.element_ty), mask=j_in)
 
     @triton.jit
-    def _gelu_mul_kernel(gate_up_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    def _gelu_mul_kernel(gate_up_ptr, out_ptr, n_cols, BLOCK: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = cols < n_cols
@@ -132,7 +159,8 @@ def _launch_norm(x, residual, out, eps, center: bool) -> None:
     part_stride = residual[0].numel() if parts > 1 else 0
     _add_norm_kernel[(x.shape[0],)](
         x, residual if residual is not None else x, out, x.shape[1], part_stride, eps,
-        PARTS=parts, CENTER=center, BLOCK=block, num_warps=4 if block <= 2048 else 8)
+        PARTS=parts, CENTER=center, BLOCK=block, USE_PDL=use_pdl(x),
+        num_warps=4 if block <= 2048 else 8, launch_pdl=use_pdl(x))
 
 
 def add_rms_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> None:
@@ -177,7 +205,8 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
             qkv[0].numel() if parts > 1 else 0, k_out.stride(0), k_out.stride(1),
             v_out.stride(0), v_out.stride(1),
             HEADS=heads, HEADS_P2=max(triton.next_power_of_2(max(heads, 1)), 1), HALF=half,
-            HALF_P2=triton.next_power_of_2(half), PARTS=parts, num_warps=4)
+            HALF_P2=triton.next_power_of_2(half), PARTS=parts, USE_PDL=use_pdl(qkv),
+            num_warps=4, launch_pdl=use_pdl(qkv))
         return
     qkv = sum_parts(qkv).float()
     cos, sin = cos[:, None, :], sin[:, None, :]
@@ -200,7 +229,8 @@ def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> None:
     if use_triton(gate_up):
         block = 1024
         _gelu_mul_kernel[(gate_up.shape[0], triton.cdiv(n_cols, block))](
-            gate_up, out, n_cols, BLOCK=block, num_warps=4)
+            gate_up, out, n_cols, BLOCK=block, USE_PDL=use_pdl(out), num_warps=4,
+            launch_pdl=use_pdl(out))
         return
     gate, up = gate_up[:, :n_cols], gate_up[:, n_cols:]
     if gate_up.dtype == torch.float16:
