@@ -16,14 +16,15 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import attention, gemm, kernels
+from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
 
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
-@pytest.mark.parametrize('check', ['skinny_linear', 'fused_consumers_of_partial_sums',
+@pytest.mark.parametrize('check', ['skinny_linear', 'action_linear',
+                                   'fused_consumers_of_partial_sums',
                                    'attention', 'resize_frames',
                                    'engine_triton_path_matches_pytorch_path'])
 def test_kernel_in_the_interpreter(check):
@@ -39,9 +40,11 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('pdl', [True, False])
 @pytest.mark.parametrize('rows', [51, 408])
 @pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
-def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul):
+def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl, monkeypatch):
+    monkeypatch.setattr(kernel_configs, 'PDL', pdl)  # with it: weight prefetch + PDL launch
     torch.manual_seed(0)
     x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
     weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
@@ -54,6 +57,22 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul):
                                                    config=config)).float()
         error = (out - expected).abs().max().item() / expected.abs().max().item()
         assert error < 1e-2, (config, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('rows,depth,n_out,silu', [(50, 32, 1024, True), (50, 1024, 1024, False),
+                                                   (408, 1024, 32, False)])
+def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(3)
+    x = torch.randn(1, rows, depth, device='cuda')
+    weight = torch.randn(n_out, depth, device='cuda') * 0.05
+    bias = torch.randn(n_out, device='cuda')
+    expected = F.linear(x.double(), weight.double(), bias.double())
+    expected = F.silu(expected) if silu else expected
+    out = gemm.action_linear(x, weight, bias, silu=silu)
+    # TF32 would be off by ~1e-3 relative; full float32 is ~1e-6.
+    assert (out.double() - expected).abs().max().item() < 1e-4 * expected.abs().max().item()
 
 
 @pytest.mark.gpu

@@ -54,6 +54,20 @@ def check_skinny_linear():
         raise AssertionError('a non-tiling configuration was accepted')
 
 
+def check_action_linear():
+    torch.manual_seed(5)
+    for rows, depth, n_out, silu in ((50, 32, 1024, True), (50, 1024, 1024, False),
+                                     (100, 1024, 32, False), (7, 64, 48, True)):
+        x = torch.randn(rows, depth)
+        weight = torch.randn(n_out, depth) * 0.05
+        bias = torch.randn(n_out)
+        expected = F.linear(x, weight, bias)
+        expected = F.silu(expected) if silu else expected
+        out = gemm.action_linear(x.view(1, rows, depth), weight, bias, silu=silu)
+        assert out.shape == (1, rows, n_out) and out.dtype == torch.float32
+        close(out[0], expected, 1e-4, f'action_linear {rows}x{depth}x{n_out}')
+
+
 def check_fused_consumers_of_partial_sums():
     torch.manual_seed(1)
     rows, width, parts = 6, 48, 3

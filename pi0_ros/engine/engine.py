@@ -218,13 +218,7 @@ class Pi0Engine:
         """Host frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
-            for index, (height, width) in enumerate(sizes):
-                # Contiguous pinned rows: plain asynchronous copies (a strided 2-D slice would
-                # be staged through a temporary).
-                size = height * width * 3
-                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
-                                                        non_blocking=True)
-            start = 0
+            start = 0  # the frames are on the device already (copied as they were staged)
             for (height, width), group in itertools.groupby(sizes):
                 stop = start + len(list(group))
                 resize_frames(self._resizer, self._device_frames[start:stop], height, width,
@@ -481,9 +475,15 @@ class Pi0Engine:
         # Frames of one size next to each other: one resize launch per size on the GPU.
         pending.sort(key=lambda item: item[3].shape[:2])
         host_frames = self._host_frames.numpy()
+        fused_resize = use_triton(self._pixels)
         for index, (_, _, _, frame) in enumerate(pending):
             height, width = frame.shape[0], frame.shape[1]
-            np.copyto(host_frames[index, :height * width * 3].reshape(height, width, 3), frame)
+            size = height * width * 3
+            np.copyto(host_frames[index, :size].reshape(height, width, 3), frame)
+            if fused_resize and self._is_cuda:
+                # Contiguous pinned rows: asynchronous copies, overlapping the next host copy.
+                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
+                                                        non_blocking=True)
         if pending:
             self._prepare_pixels([item[3].shape[:2] for item in pending])
         marks = {'preprocess': time.perf_counter()}

@@ -28,16 +28,32 @@ if triton is not None:
     from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
 
     @triton.jit
-    def _skinny_linear_kernel(x_ptr, w_ptr, out_ptr, n_rows, k_per_split, up_offset,
-                              stride_xm, stride_wn, stride_om, stride_os,
-                              GELU_MUL: tl.constexpr, PARTIAL: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
+    def _prefetch_l2(ptrs):
+        """Ask for these addresses' cache lines in L2 (no registers, nothing waits on it)."""
+        tl.inline_asm_elementwise('prefetch.global.L2 [$1]; // dummy $0', '=r,l', [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
+    def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n_rows, k_per_split,
+                              up_offset, stride_xm, stride_wn, stride_om, stride_os,
+                              GELU_MUL: tl.constexpr, SILU: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                              IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
+                              LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
         block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = (block_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
-        depth = split * k_per_split + tl.arange(0, BLOCK_K)
+        start = split * k_per_split
+        if USE_PDL and PREFETCH_LINES > 0:
+            # The weights do not depend on the previous kernel: start streaming this program's
+            # slab into L2 while that kernel finishes, then wait for its activations.
+            lines = start + tl.arange(0, PREFETCH_LINES) * LINE_ELEMENTS
+            _prefetch_l2(w_ptr + cols[:, None] * stride_wn + lines[None, :])
+            if GELU_MUL:
+                _prefetch_l2(w_ptr + (cols[:, None] + up_offset) * stride_wn + lines[None, :])
+        pdl_enter(USE_PDL)
+        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        depth = start + tl.arange(0, BLOCK_K)
         row_ok = rows[:, None] < n_rows
         x_ptrs = x_ptr + rows[:, None].to(tl.int64) * stride_xm + depth[None, :]
         w_ptrs = w_ptr + cols[:, None] * stride_wn + depth[None, :]
@@ -46,14 +62,21 @@ if triton is not None:
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         for _ in range(0, k_per_split, BLOCK_K):
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
-            acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc)
+            if IEEE:
+                acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc, input_precision='ieee')
+            else:
+                acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc)
             if GELU_MUL:
                 acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs)), acc_up)
                 up_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
         if GELU_MUL:
             acc = gelu_tanh(acc) * acc_up
+        if SILU:
+            acc = acc * tl.sigmoid(acc)
         out_ptrs = out_ptr + split * stride_os + rows[:, None] * stride_om + cols[None, :]
         if PARTIAL:
             tl.store(out_ptrs, acc, mask=row_ok)
@@ -117,35 +140,69 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.shape[1] % 16 == 0 and weight.shape[0] % 32 == 0)
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False,
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor = None,
+                  gelu_mul: bool = False, silu: bool = False,
                   config: SkinnyConfig = None) -> torch.Tensor:
     """
-    Compute x [M,K] @ weight [N,K]^T with the Triton kernel (x contiguous in K).
+    Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
     Returns [M,N] in x.dtype, or float32 partial sums [split_k, M, N] when the configuration
     splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
-    weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F].
+    weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; silu
+    applies x * sigmoid(x) to the result. float32 inputs multiply in full float32 precision.
     """
     rows, depth = x.shape
     n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
     config = config or config_for(rows, weight, gelu_mul) \
         or heuristic_config(rows, n_out, depth, gelu_mul)
-    if not supports(rows, weight, config, gelu_mul):
+    if not supports(rows, weight, config, gelu_mul) or (
+            config.split_k > 1 and (bias is not None or silu)):
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
-                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul})')
+                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}, bias and silu '
+                         'need split_k 1)')
     partial = config.split_k > 1
     if partial:
         out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
     else:
         out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    k_per_split = depth // config.split_k
+    line_elements = 128 // weight.element_size()
+    lines = k_per_split // line_elements
+    pdl = kernels.use_pdl(x)
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
     _skinny_linear_kernel[grid](
-        x, weight, out, rows, depth // config.split_k, n_out, x.stride(0), weight.stride(0),
-        n_out, rows * n_out, GELU_MUL=gelu_mul, PARTIAL=partial, BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n, BLOCK_K=config.block_k, USE_PDL=kernels.use_pdl(x),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-        launch_pdl=kernels.use_pdl(x))
+        x, weight, bias if bias is not None else weight, out, rows, k_per_split, n_out,
+        x.stride(0), weight.stride(0), n_out, rows * n_out, GELU_MUL=gelu_mul, SILU=silu,
+        HAS_BIAS=bias is not None, PARTIAL=partial, IEEE=x.dtype == torch.float32,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        PREFETCH_LINES=lines if lines > 0 and lines & (lines - 1) == 0 else 0,
+        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
+        num_stages=config.num_stages, launch_pdl=pdl)
     return out
+
+
+def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  silu: bool = False) -> torch.Tensor:
+    """
+    Float32 projection of the action side (x [..., K] -> [..., N]), SiLU optional.
+
+    On CUDA one skinny-kernel launch with the bias (and SiLU) in its epilogue, in full float32
+    precision; elsewhere (or for shapes it does not tile) PyTorch.
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    n_out, depth = weight.shape
+    if kernels.use_triton(x) and n_out % 16 == 0 and depth % 16 == 0:
+        # float32 tiles: short K steps (shared memory), narrow columns (enough programs).
+        config = SkinnyConfig(block_m=64 if flat.shape[0] > 16 else 16,
+                              block_n=16 if n_out >= 1024 else next(
+                                  size for size in (64, 32, 16) if n_out % size == 0),
+                              block_k=32 if depth % 32 == 0 else 16, split_k=1, num_warps=4,
+                              num_stages=3)
+        if supports(flat.shape[0], weight, config, False):
+            out = skinny_linear(flat, weight, bias=bias, silu=silu, config=config)
+            return out.view(*x.shape[:-1], weight.shape[0])
+    out = F.linear(x, weight, bias)
+    return F.silu(out) if silu else out
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False) -> torch.Tensor:

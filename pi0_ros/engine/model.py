@@ -377,11 +377,11 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     _, dt = euler_times(dims.num_steps)
     x_t = noise
     for step in range(dims.num_steps):
-        act = F.silu(F.linear(x_t, w.action_time_w, w.step_bias[step]))
-        act = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
+        act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
+        act = gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
         x = torch.cat([state_token, act], dim=1)
         _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
                      length, bias, state_keys=length + 1, final_out=normed)
-        velocity = F.linear(normed[:, 1:], w.action_out_w, w.action_out_b)
+        velocity = gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b)
         x_t = x_t + dt * velocity
     out.copy_(x_t)
