@@ -91,12 +91,13 @@ def build_engine(settings):
                                      f'the policy has {name} {have}, the node is configured for '
                                      f'{want} (joint_names / camera_names)')
         return engine
-    # The random tiny model: its normalization stats centre actions in the joint ranges, so the
-    # demo arm moves inside its workspace (without purpose).
+    # The random model (tiny, or full size for GPU load tests): its normalization stats centre
+    # actions in the joint ranges, so the demo arm moves inside its workspace (without purpose).
     lower = np.asarray(settings.position_lower)
     upper = np.asarray(settings.position_upper)
     mean, std = (lower + upper) / 2.0, (upper - lower) / 8.0
-    return Pi0Engine.random(ModelDims.tiny(), state_dim=joints, action_dim=joints,
+    dims = ModelDims.full() if settings.random_model == 'full' else ModelDims.tiny()
+    return Pi0Engine.random(dims, state_dim=joints, action_dim=joints,
                             num_cameras=cameras, seed=settings.seed, options=options,
                             state_mean=mean, state_std=std, action_mean=mean, action_std=std)
 
@@ -129,7 +130,7 @@ class Pi0ControlNode(LifecycleNode):
         self._create_interfaces(settings)
         self.get_logger().info(
             'loading the engine: ' + (f"checkpoint '{settings.checkpoint}'" if settings.checkpoint
-                                      else 'built-in random tiny model')
+                                      else f'built-in random {settings.random_model} model')
             + f', precision {settings.precision}, device {settings.device}')
         self._worker = InferenceWorker(lambda: build_engine(settings), self._on_chunk_result,
                                        max_consecutive_failures=settings.max_consecutive_failures,

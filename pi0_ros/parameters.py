@@ -22,6 +22,7 @@ SO101_MAX_VELOCITY = [2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
 SO101_MAX_ACCELERATION = [10.0, 10.0, 10.0, 15.0, 15.0, 15.0]
 
 PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
+RANDOM_MODELS = ('tiny', 'full')
 TRANSPORTS = ('raw', 'compressed')
 RELIABILITIES = ('best_effort', 'reliable')
 TRIGGERS = ('continuous', 'horizon')
@@ -48,13 +49,16 @@ class Spec:
 
 SPECS = {
     # Engine.
-    'checkpoint': Spec('', 'LeRobot pi0 checkpoint directory; empty = built-in random tiny model '
-                           '(moves the arm without purpose)'),
+    'checkpoint': Spec('', 'LeRobot pi0 checkpoint directory; empty = built-in random model '
+                           '(random_model; moves the arm without purpose)'),
+    'random_model': Spec('tiny', 'Size of the random-weight model used when checkpoint is empty: '
+                                 "tiny (runs on a CPU) | full (Pi0's full size, about 6.5 GB in "
+                                 'bf16: GPU load tests)'),
     'tokenizer': Spec('', 'Tokenizer directory; empty = the checkpoint directory'),
     'precision': Spec('auto', 'Engine precision: auto | fp32 | bf16 | fp16 (auto = bf16 on GPUs '
                               'that have it, fp16 on others, fp32 on the CPU)'),
     'device': Spec('auto', 'Torch device: auto | cpu | cuda | cuda:N'),
-    'seed': Spec(0, 'Seed of the random tiny model', 0, 2**31 - 1),
+    'seed': Spec(0, 'Seed of the random model', 0, 2**31 - 1),
     'engine_ready_timeout': Spec(300.0, 'Seconds configure waits for the engine to load and warm '
                                         'up', 1.0, 3600.0),
     'max_consecutive_failures': Spec(3, 'Inference failures in a row before the engine is marked '
@@ -147,6 +151,7 @@ class Settings:
     """Validated parameter values (see SPECS for each field's meaning)."""
 
     checkpoint: str
+    random_model: str
     tokenizer: str
     precision: str
     device: str
@@ -213,6 +218,8 @@ def validate_value(name, value):
         raise ParameterError(name, value, f'must be within [{spec.low}, {spec.high}]')
     if name == 'precision':
         _choice(name, value, PRECISIONS)
+    elif name == 'random_model':
+        _choice(name, value, RANDOM_MODELS)
     elif name == 'inference_trigger':
         _choice(name, value, TRIGGERS)
     elif name in ('camera_reliability', 'joint_state_reliability'):

@@ -4,9 +4,10 @@
 Soak run: the control node under a steady robot-like feed for a long time, then a report.
 
 `python -m pi0_ros.soak --duration 1800 --output reports/soak` starts the control node as a process
-(the built-in tiny model on the CPU; `--device cuda --checkpoint DIR` for a real policy), and a
-feeder process that publishes three cameras (640x480 rgb8, 30 Hz), joint states (500 Hz, tracking
-the commands like a stiff position controller) and an instruction that changes every few seconds.
+(the built-in tiny model on the CPU; `--device cuda --checkpoint DIR` for a real policy,
+`--device cuda --random-model full` for random weights of Pi0's full size), and a feeder process
+that publishes three cameras (640x480 rgb8, 30 Hz), joint states (500 Hz, tracking the commands
+like a stiff position controller) and an instruction that changes every few seconds.
 This process only watches: command receive times and validity, ~/status, /diagnostics, the node's
 RSS (psutil) and GPU memory. It writes summary.json (numbers and pass/fail criteria),
 timeseries.png (RSS, output rate, jitter, latency, counters) and control_period.png, and exits
@@ -37,7 +38,7 @@ from pi0_ros.processes import Process, ros_args
 CAMERAS = ('front', 'side', 'wrist')
 INSTRUCTIONS = ('pick up the red cube', 'put the cube in the bowl', 'open the gripper',
                 'move the arm to the left', 'push the block forward', 'wave hello')
-RANDOM_WEIGHTS_NOTE = 'Random tiny model (no checkpoint): the arm moves without purpose.'
+RANDOM_WEIGHTS_NOTE = 'Random {} model (no checkpoint): the arm moves without purpose.'
 COUNTER_FIELDS = ('chunks_produced', 'chunks_discarded', 'observations_synced',
                   'observations_dropped', 'actions_skipped', 'inputs_rejected')
 OUTPUT_FOLLOWING = 1
@@ -55,6 +56,9 @@ def parse_args(argv):
                              'min(120, duration / 5))')
     parser.add_argument('--output', default='reports/soak', help='report folder')
     parser.add_argument('--checkpoint', default='', help='LeRobot pi0 checkpoint directory')
+    parser.add_argument('--random-model', choices=('tiny', 'full'), default='tiny',
+                        help="size of the node's random-weight model without a checkpoint (full: "
+                             "Pi0's full size, for a GPU)")
     parser.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N')
     parser.add_argument('--precision', default='auto', help='auto | fp32 | bf16 | fp16')
     parser.add_argument('--control-rate', type=float, default=50.0)
@@ -468,12 +472,14 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
         'feeder': feeder_stats,
         'exit_codes': exit_codes,
         'conditions': {'cpu_count': os.cpu_count(), 'load_average_at_end': os.getloadavg(),
-                       'device': args.device, 'checkpoint': args.checkpoint or None,
+                       'device': args.device, 'precision': args.precision,
+                       'checkpoint': args.checkpoint or None,
+                       'random_model': None if args.checkpoint else args.random_model,
                        'image': f'{args.image_width}x{args.image_height} rgb8 x3',
                        'camera_rate_hz': args.camera_rate, 'joint_rate_hz': args.joint_rate,
                        'control_rate_hz': args.control_rate,
                        'instruction_period_s': args.instruction_period},
-        'note': '' if args.checkpoint else RANDOM_WEIGHTS_NOTE,
+        'note': '' if args.checkpoint else RANDOM_WEIGHTS_NOTE.format(args.random_model),
     }
 
 
@@ -583,11 +589,13 @@ def run_monitor(args):
 
     import rclpy
 
-    print(f'pi0_ros soak: {args.duration:.0f} s (warm-up {args.warmup:.0f} s), device '
+    model = (f'checkpoint {args.checkpoint}' if args.checkpoint
+             else f'random {args.random_model} model')
+    print(f'pi0_ros soak: {args.duration:.0f} s (warm-up {args.warmup:.0f} s), {model}, device '
           f'{args.device}, ROS_DOMAIN_ID={domain_id}; report in {output}', flush=True)
     control = Process('control', [sys.executable, '-m', 'pi0_ros.node'] + ros_args(
-        {'checkpoint': args.checkpoint, 'device': args.device, 'precision': args.precision,
-         'control_rate': args.control_rate, 'status_rate': 2.0,
+        {'checkpoint': args.checkpoint, 'random_model': args.random_model, 'device': args.device,
+         'precision': args.precision, 'control_rate': args.control_rate, 'status_rate': 2.0,
          'max_image_width': max(args.image_width, 64),
          'max_image_height': max(args.image_height, 64)}), env, output)
     feeders = [Process(f'feeder_{role}', [
@@ -603,6 +611,7 @@ def run_monitor(args):
     monitor = Monitor(node, control.popen.pid, [f.popen.pid for f in feeders])
     crashed = ''
     window = (time.monotonic(), time.monotonic())
+    begin = None
     try:
         started = time.monotonic()
         while time.monotonic() - started < args.startup_timeout:
@@ -632,6 +641,8 @@ def run_monitor(args):
         window = (begin, time.monotonic())
     except KeyboardInterrupt:
         crashed = 'interrupted'
+        if begin is not None:  # report what was recorded up to the interruption
+            window = (begin, time.monotonic())
     finally:
         exit_codes = {p.name: p.stop() for p in reversed(processes)}
         node.destroy_node()

@@ -72,9 +72,25 @@ def test_default_limits_are_the_simulated_arms():
     ('control_rate', 0.0, 'control_rate'),
     ('inference_trigger', 'sometimes', 'inference_trigger'),
     ('camera_reliability', 'maybe', 'camera_reliability'),
+    ('random_model', 'huge', 'random_model'),
 ])
 def test_bad_values_name_the_parameter(name, value, fragment):
     with pytest.raises(ParameterError) as error:
         settings_from_values(defaults(**{name: value}))
     assert f"'{fragment}'" in str(error.value)
     assert error.value.name == fragment
+
+
+def test_random_model_picks_the_size_of_the_random_engine(monkeypatch):
+    from pi0_ros.engine import ModelDims, Pi0Engine
+    from pi0_ros.node import build_engine
+    built = []
+    # Record what the node would build instead of building it (the full model takes ~13 GB in
+    # fp32); device 'cuda' only names the device here, nothing is allocated.
+    monkeypatch.setattr(Pi0Engine, 'random',
+                        classmethod(lambda cls, dims, **kwargs: built.append((dims, kwargs))))
+    for size in ('tiny', 'full'):
+        build_engine(settings_from_values(defaults(random_model=size, device='cuda')))
+    assert [dims for dims, _ in built] == [ModelDims.tiny(), ModelDims.full()]
+    assert all(kwargs['state_dim'] == kwargs['action_dim'] == len(SO101_JOINTS)
+               and kwargs['num_cameras'] == 3 for _, kwargs in built)
