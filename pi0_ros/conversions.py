@@ -10,21 +10,23 @@ from dataclasses import dataclass
 
 from builtin_interfaces.msg import Duration, Time
 import cv2
-from cv_bridge import CvBridge, CvBridgeError
 import numpy as np
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-# Raw encodings the node accepts, with the OpenCV conversion to RGB (None: already RGB).
+# Raw encodings the node accepts: channels of 8 bits, and the OpenCV conversion to RGB (None:
+# already RGB). The channel counts are written here instead of asked from cv_bridge: the PyPI
+# cv_bridge (1.13) decodes them from OpenCV 4's type numbers, which OpenCV 5 changed (it reports
+# 9 channels for rgb8 there).
 RAW_ENCODINGS = {
-    'rgb8': None,
-    'bgr8': cv2.COLOR_BGR2RGB,
-    'rgba8': cv2.COLOR_RGBA2RGB,
-    'bgra8': cv2.COLOR_BGRA2RGB,
-    'mono8': cv2.COLOR_GRAY2RGB,
+    'rgb8': (3, None),
+    'bgr8': (3, cv2.COLOR_BGR2RGB),
+    'rgba8': (4, cv2.COLOR_RGBA2RGB),
+    'bgra8': (4, cv2.COLOR_BGRA2RGB),
+    'mono8': (1, cv2.COLOR_GRAY2RGB),
 }
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
-
-_bridge = CvBridge()
 
 
 class InputRejected(ValueError):
@@ -76,11 +78,8 @@ def image_to_rgb(msg, max_width, max_height):
         raise InputRejected('unsupported encoding',
                             f"'{msg.encoding}' (accepted: {', '.join(RAW_ENCODINGS)})")
     _check_size(msg.width, msg.height, max_width, max_height)
-    try:
-        dtype, channels = _bridge.encoding_to_dtype_with_channels(msg.encoding)
-    except CvBridgeError as error:
-        raise InputRejected('unsupported encoding', str(error)) from error
-    row_bytes = msg.width * channels * np.dtype(dtype).itemsize
+    channels, conversion = RAW_ENCODINGS[msg.encoding]
+    row_bytes = msg.width * channels
     if msg.step < row_bytes:
         raise InputRejected('inconsistent image size',
                             f'step {msg.step} < width {msg.width} x {channels} channels')
@@ -90,7 +89,6 @@ def image_to_rgb(msg, max_width, max_height):
                             f'{msg.height} = {msg.step * msg.height}')
     rows = np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.step)
     pixels = rows[:, :row_bytes].reshape(msg.height, msg.width, channels)
-    conversion = RAW_ENCODINGS[msg.encoding]
     if conversion is None:
         return np.ascontiguousarray(pixels)
     if channels == 1:
@@ -119,10 +117,14 @@ def compressed_to_rgb(msg, max_width, max_height):
 
 def rgb_to_image(rgb, stamp, frame_id):
     """Build a sensor_msgs/Image (rgb8) from an RGB array (simulator and test publishers)."""
-    msg = _bridge.cv2_to_imgmsg(np.ascontiguousarray(rgb, dtype=np.uint8), encoding='rgb8')
-    msg.header.stamp = stamp
-    msg.header.frame_id = frame_id
-    return msg
+    # Built here rather than with CvBridge.cv2_to_imgmsg: cv_bridge 1.13 (PyPI) calls
+    # ndarray.tostring(), which numpy 2.3 removed (the GPU machine has numpy 2.5).
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f'expected an RGB array [H, W, 3], got shape {rgb.shape}')
+    height, width = rgb.shape[:2]
+    return Image(header=Header(stamp=stamp, frame_id=frame_id), height=height, width=width,
+                 encoding='rgb8', is_bigendian=0, step=width * 3, data=rgb.tobytes())
 
 
 @dataclass(frozen=True)
