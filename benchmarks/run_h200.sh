@@ -7,7 +7,8 @@
 #   TUNE=1 (default) times the Triton kernels' configurations first (benchmarks/tune_kernels.py)
 #   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
 #   pi0_ros/engine/kernel_configs.py. PDL_AB=1 first benchmarks batch 1 without programmatic
-#   dependent launch (bench_nopdl.log).
+#   dependent launch (bench_nopdl.log). FP8=1 also benchmarks the FP8 weight-only action expert
+#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -28,6 +29,13 @@ if [ "${PDL_AB:-0}" = 1 ]; then
   python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1 \
     --iters "${ITERS:-100}" --skip-lerobot --no-pdl --out /tmp/bench_nopdl 2>&1 \
     | tee "$OUT/bench_nopdl.log"
+fi
+if [ "${FP8:-0}" = 1 ]; then
+  # FP8 weight-only action expert: speed at batch 1 and 8, accuracy (--check) in bf16 and fp16.
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
+    --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert --out /tmp/bench_fp8 2>&1 \
+    | tee "$OUT/bench_fp8.log"
+  cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"
 fi
 if [ "${TUNE:-1}" = 1 ]; then
   python3 benchmarks/tune_kernels.py --json "$OUT/kernel_tuning.json" --apply-best "${BENCH[@]}" \

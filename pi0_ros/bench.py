@@ -41,6 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--state-dim', type=int, default=14)
     parser.add_argument('--action-dim', type=int, default=14)
     parser.add_argument('--no-cuda-graphs', action='store_true')
+    parser.add_argument('--fp8-expert', action='store_true',
+                        help="FP8 weight-only quantization of the action expert's projections "
+                             '(--check then reports its accuracy in bf16/fp16)')
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--skip-lerobot', action='store_true')
@@ -102,7 +105,7 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
 def engine_options(args, max_batch: int) -> EngineOptions:
     """Options shared by every engine the benchmark builds."""
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
-                         cuda_graphs=not args.no_cuda_graphs)
+                         cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert)
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:
@@ -150,7 +153,8 @@ def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
     """Our engine over a LeRobot policy's live weights (identity normalization stats)."""
     from pi0_ros.engine.lerobot_reference import lerobot_tensor_getter
     options = EngineOptions(precision=precision, device=args.device, max_batch=max_batch,
-                            cuda_graphs=not args.no_cuda_graphs)
+                            cuda_graphs=not args.no_cuda_graphs,
+                            expert_fp8=args.fp8_expert and precision != 'fp32')
     return Pi0Engine(lerobot_tensor_getter(policy), dims, state_dim=args.state_dim,
                      action_dim=args.action_dim, num_cameras=args.cameras, options=options,
                      state_stats=NormStats.identity(args.state_dim),
@@ -244,7 +248,8 @@ def equivalence_check(args, dims: ModelDims) -> dict:
 def profile_kernels(args, dims: ModelDims, out: Path) -> None:
     """torch.profiler table (CUDA time per kernel) of one eager batch-1 call."""
     from torch.profiler import profile, ProfilerActivity
-    options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False)
+    options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False,
+                            expert_fp8=args.fp8_expert)
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
                               num_cameras=args.cameras, options=options)
     frames = make_frames(args, 1, seed=3)[0]

@@ -59,6 +59,54 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
         assert error < 1e-2, (config, error)
 
 
+def test_fp8_weight_quantization_keeps_each_channel_within_fp8_rounding():
+    torch.manual_seed(4)
+    weight = torch.randn(64, 256) * torch.logspace(-3, 1, 64)[:, None]  # channels of all sizes
+    fp8 = gemm.Fp8Weight.quantize(weight)
+    assert fp8.data.dtype == torch.float8_e4m3fn and fp8.scale.shape == (64,)
+    restored = fp8.dequantize(torch.float32)
+    # e4m3 keeps 3 mantissa bits: relative error <= 2^-4 of each channel's absmax.
+    error = (restored - weight).abs().amax(dim=1) / weight.abs().amax(dim=1)
+    assert error.max().item() <= 2 ** -4
+    assert torch.allclose(restored.abs().amax(dim=1), weight.abs().amax(dim=1), rtol=1e-6)
+
+
+def test_engine_with_fp8_expert_weights_stays_close_to_half_precision():
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for _ in range(3)]
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    outputs = []
+    for fp8 in (False, True):
+        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
+                                  options=EngineOptions(device='cpu', precision='bf16',
+                                                        expert_fp8=fp8, max_frame_height=96,
+                                                        max_frame_width=128))
+        kinds = {type(layer.down_w).__name__ for layer in engine.weights.expert_layers}
+        assert kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
+        outputs.append(torch.from_numpy(engine.infer(frames, np.zeros(6), 'pick',
+                                                     noise=noise).actions).flatten())
+    assert F.cosine_similarity(outputs[0].double(), outputs[1].double(), dim=0) > 0.999
+    assert not torch.equal(outputs[0], outputs[1])  # the quantized weights were used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('rows', [51, 408])
+@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
+def test_fp8_weights_in_the_skinny_kernel_on_the_gpu(rows, n_out, depth, gelu_mul):
+    torch.manual_seed(6)
+    x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
+    fp8 = gemm.Fp8Weight.quantize(torch.randn(2 * n_out if gelu_mul else n_out, depth,
+                                              device='cuda') * 0.03)
+    product = x.float() @ fp8.dequantize(torch.float32).T
+    expected = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+                if gelu_mul else product)
+    out = kernels.sum_parts(gemm.linear(x, fp8, gelu_mul=gelu_mul)).float()
+    assert (out - expected).abs().max().item() < 1e-2 * expected.abs().max().item()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize('rows,depth,n_out,silu', [(50, 32, 1024, True), (50, 1024, 1024, False),
                                                    (408, 1024, 32, False)])

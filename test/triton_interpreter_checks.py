@@ -45,6 +45,17 @@ def check_skinny_linear():
                                  config=gemm.SkinnyConfig(block_n=32, block_k=64))
         assert out.shape == (rows, 64)
         close(out, expected, 2e-2, f'gelu_mul rows={rows}')
+    # FP8 weights (weight-only): widened in registers, scaled per output channel.
+    fp8 = gemm.Fp8Weight.quantize(torch.randn(2 * 64, 128) * 0.1)
+    dense = fp8.dequantize(torch.float32)
+    product = x.float() @ dense.T
+    for gelu_mul, split_k, expected in ((False, 2, product),
+                                        (True, 1, F.gelu(product[:, :64], approximate='tanh')
+                                         * product[:, 64:])):
+        out = gemm.skinny_linear(x, fp8, gelu_mul=gelu_mul,
+                                 config=gemm.SkinnyConfig(block_n=32, block_k=32,
+                                                          split_k=split_k))
+        close(kernels.sum_parts(out), expected, 2e-2, f'fp8 gelu_mul={gelu_mul}')
     # A configuration that does not tile the shape is refused, not run.
     try:
         gemm.skinny_linear(x, weight, config=gemm.SkinnyConfig(block_n=64))

@@ -93,6 +93,9 @@ class EngineOptions:
     max_frame_height: int = 1080
     max_frame_width: int = 1920
     seed: int = 0
+    # FP8 (e4m3) weight-only quantization of the action expert's projections, per-channel
+    # scales: the memory-bound denoiser streams half the weight bytes (off: exact half floats).
+    expert_fp8: bool = False
 
     def __post_init__(self):
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):

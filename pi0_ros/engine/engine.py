@@ -117,7 +117,7 @@ class Pi0Engine:
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length
         with torch.inference_mode(False), torch.no_grad():
             self.weights = build_weights(get_tensor, dims, self.dtype, self.device,
-                                         self._prefix_length)
+                                         self._prefix_length, expert_fp8=options.expert_fp8)
             self._allocate()
         self._slot_instructions = [None] * options.max_batch
         self._slot_frame_keys = [[None] * num_cameras for _ in range(options.max_batch)]

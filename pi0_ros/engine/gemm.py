@@ -34,10 +34,11 @@ if triton is not None:
                                   dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
-    def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n_rows, k_per_split,
-                              up_offset, stride_xm, stride_wn, stride_om, stride_os,
+    def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
+                              k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               GELU_MUL: tl.constexpr, SILU: tl.constexpr,
-                              HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
+                              PARTIAL: tl.constexpr,
                               IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
                               LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
@@ -62,15 +63,21 @@ if triton is not None:
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         for _ in range(0, k_per_split, BLOCK_K):
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
+            # FP8 weights are widened to the activations' type in registers (weight-only).
+            w = tl.load(w_ptrs).to(x.dtype)
             if IEEE:
-                acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc, input_precision='ieee')
+                acc = tl.dot(x, tl.trans(w), acc, input_precision='ieee')
             else:
-                acc = tl.dot(x, tl.trans(tl.load(w_ptrs)), acc)
+                acc = tl.dot(x, tl.trans(w), acc)
             if GELU_MUL:
-                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs)), acc_up)
+                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs).to(x.dtype)), acc_up)
                 up_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
+        if W_SCALE:
+            acc *= tl.load(w_scale_ptr + cols)[None, :]
+            if GELU_MUL:
+                acc_up *= tl.load(w_scale_ptr + up_offset + cols)[None, :]
         if HAS_BIAS:
             acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
         if GELU_MUL:
@@ -82,6 +89,33 @@ if triton is not None:
             tl.store(out_ptrs, acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+@dataclass
+class Fp8Weight:
+    """A projection's weight [N, K] as float8 e4m3 with one float32 scale per output row."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> 'Fp8Weight':
+        """Per-output-channel absmax scaling of a float weight [N, K]."""
+        scale = weight.float().abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
+        data = (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return cls(data.contiguous(), scale.contiguous())
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        """Return the weight as dtype [N, K] (the PyTorch path)."""
+        return (self.data.float() * self.scale[:, None]).to(dtype)
+
+    @property
+    def shape(self):
+        """Shape of the weight, [N, K]."""
+        return self.data.shape
 
 
 @dataclass(frozen=True)
@@ -140,7 +174,7 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.shape[1] % 16 == 0 and weight.shape[0] % 32 == 0)
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor = None,
+def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
                   gelu_mul: bool = False, silu: bool = False,
                   config: SkinnyConfig = None) -> torch.Tensor:
     """
@@ -150,7 +184,10 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
     splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
     weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; silu
     applies x * sigmoid(x) to the result. float32 inputs multiply in full float32 precision.
+    weight may be an Fp8Weight (weight-only FP8: widened in registers, scaled per channel).
     """
+    scale = weight.scale if isinstance(weight, Fp8Weight) else None
+    weight = weight.data if isinstance(weight, Fp8Weight) else weight
     rows, depth = x.shape
     n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
     config = config or config_for(rows, weight, gelu_mul) \
@@ -171,9 +208,10 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
     pdl = kernels.use_pdl(x)
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
     _skinny_linear_kernel[grid](
-        x, weight, bias if bias is not None else weight, out, rows, k_per_split, n_out,
-        x.stride(0), weight.stride(0), n_out, rows * n_out, GELU_MUL=gelu_mul, SILU=silu,
-        HAS_BIAS=bias is not None, PARTIAL=partial, IEEE=x.dtype == torch.float32,
+        x, weight, scale if scale is not None else weight, bias if bias is not None else weight,
+        out, rows, k_per_split, n_out, x.stride(0), weight.stride(0), n_out, rows * n_out,
+        GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
+        PARTIAL=partial, IEEE=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if lines > 0 and lines & (lines - 1) == 0 else 0,
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
@@ -205,16 +243,23 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return F.silu(out) if silu else out
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False) -> torch.Tensor:
+def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
     """
     Projection of the action expert: the skinny kernel where it applies, else PyTorch.
 
-    The result may be float32 partial sums [S, M, N] (see skinny_linear); consumers accept both.
+    weight is a tensor [N, K] or an Fp8Weight. The result may be float32 partial sums [S, M, N]
+    (see skinny_linear); consumers accept both.
     """
+    fp8 = isinstance(weight, Fp8Weight)
     if use_skinny(x, weight):
         config = config_for(x.shape[0], weight, gelu_mul)
+        if config is None and fp8:  # cuBLAS has no weight-only FP8: the kernel still runs
+            n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
+            config = heuristic_config(x.shape[0], n_out, weight.shape[1], gelu_mul)
         if config is not None and supports(x.shape[0], weight, config, gelu_mul):
             return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
+    if fp8:
+        weight = weight.dequantize(x.dtype)
     y = F.linear(x, weight)
     if not gelu_mul:
         return y

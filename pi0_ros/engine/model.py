@@ -38,12 +38,16 @@ class VisionLayer:
 
 @dataclass
 class GemmaLayer:
-    """One Gemma decoder layer; RMSNorm scales folded into qkv / gate_up (o/mlp None if unused)."""
+    """
+    One Gemma decoder layer; RMSNorm scales folded into qkv / gate_up (o/mlp None if unused).
 
-    qkv_w: torch.Tensor
-    out_w: torch.Tensor | None
-    gate_up_w: torch.Tensor | None
-    down_w: torch.Tensor | None
+    Each weight is a tensor [N, K] in the compute dtype or a gemm.Fp8Weight.
+    """
+
+    qkv_w: 'torch.Tensor | gemm.Fp8Weight'
+    out_w: 'torch.Tensor | gemm.Fp8Weight | None'
+    gate_up_w: 'torch.Tensor | gemm.Fp8Weight | None'
+    down_w: 'torch.Tensor | gemm.Fp8Weight | None'
 
 
 @dataclass
@@ -79,7 +83,11 @@ class Pi0Weights:
                 found.append(value)
             elif isinstance(value, list):
                 for layer in value:
-                    found.extend(t for t in vars(layer).values() if isinstance(t, torch.Tensor))
+                    for item in vars(layer).values():
+                        if isinstance(item, torch.Tensor):
+                            found.append(item)
+                        elif isinstance(item, gemm.Fp8Weight):
+                            found.extend((item.data, item.scale))
         return found
 
 
@@ -175,11 +183,13 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
 
 
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
-                  prefix_length: int) -> Pi0Weights:
+                  prefix_length: int, expert_fp8: bool = False) -> Pi0Weights:
     """
     Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
 
-    Fusion runs in float32 (float64 for the tiny action-side products) and casts once.
+    Fusion runs in float32 (float64 for the tiny action-side products) and casts once. With
+    expert_fp8, the action expert's projections are stored as FP8 with per-channel scales
+    (weight-only: the denoiser streams half the bytes; activations stay in dtype).
     """
     f32 = torch.float32
 
@@ -211,7 +221,8 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
     proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
 
-    def gemma_layers(prefix, keep_last_full):
+    def gemma_layers(prefix, keep_last_full, fp8=False):
+        store = gemm.Fp8Weight.quantize if fp8 else cast
         layers = []
         for i in range(d.prefix_depth):
             p = f'{prefix}layers.{i}.'
@@ -221,19 +232,19 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
             qkv_w = torch.cat([g(f'{p}self_attn.{n}_proj.weight') for n in names])
             if last_kv_only:
                 # The prefix output of the last layer is never used: only its K/V matter.
-                layers.append(GemmaLayer(cast(qkv_w * in_scale[None, :]), None, None, None))
+                layers.append(GemmaLayer(store(qkv_w * in_scale[None, :]), None, None, None))
                 continue
             post_scale = 1.0 + g(p + 'post_attention_layernorm.weight')
             gate_up = torch.cat([g(p + 'mlp.gate_proj.weight'), g(p + 'mlp.up_proj.weight')])
             layers.append(GemmaLayer(
-                qkv_w=cast(qkv_w * in_scale[None, :]),
-                out_w=cast(g(p + 'self_attn.o_proj.weight')),
-                gate_up_w=cast(gate_up * post_scale[None, :]),
-                down_w=cast(g(p + 'mlp.down_proj.weight'))))
+                qkv_w=store(qkv_w * in_scale[None, :]),
+                out_w=store(g(p + 'self_attn.o_proj.weight')),
+                gate_up_w=store(gate_up * post_scale[None, :]),
+                down_w=store(g(p + 'mlp.down_proj.weight'))))
         return layers
 
     prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False)
-    expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True)
+    expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True, fp8=expert_fp8)
 
     # Action side (float32, tiny): fold action_in_proj into the action half of action_time_mlp_in
     # and precompute the time half (+ biases) for each Euler step.
@@ -307,7 +318,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
     norm and RoPE kernels add up.
     """
-    dtype = layers[0].qkv_w.dtype
+    dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
     rows = b * seq
     hd = dims.head_dim
