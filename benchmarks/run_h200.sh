@@ -32,8 +32,9 @@ if [ "${PDL_AB:-0}" = 1 ]; then
 fi
 if [ "${FP8:-0}" = 1 ]; then
   # FP8 weight-only action expert: speed at batch 1 and 8, accuracy (--check) in bf16 and fp16.
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
-    --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert --out /tmp/bench_fp8 2>&1 \
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda \
+    --batches "${FP8_BATCHES:-1,8}" --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert \
+    --out /tmp/bench_fp8 2>&1 \
     | tee "$OUT/bench_fp8.log"
   cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"
 fi
