@@ -8,7 +8,8 @@
 #   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
 #   pi0_ros/engine/kernel_configs.py. PDL_AB=1 first benchmarks batch 1 without programmatic
 #   dependent launch (bench_nopdl.log). FP8=1 also benchmarks the FP8 weight-only action expert
-#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy).
+#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). VARIANT='--kernel-config ...'
+#   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -30,10 +31,19 @@ if [ "${PDL_AB:-0}" = 1 ]; then
     --iters "${ITERS:-100}" --skip-lerobot --no-pdl --out /tmp/bench_nopdl 2>&1 \
     | tee "$OUT/bench_nopdl.log"
 fi
+if [ -n "${VARIANT:-}" ]; then
+  # The engine with other kernel switches (e.g. VARIANT='--kernel-config PREFETCH_WEIGHTS=1').
+  # shellcheck disable=SC2086
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
+    --iters "${ITERS:-100}" --skip-lerobot $VARIANT --out /tmp/bench_variant 2>&1 \
+    | tee "$OUT/bench_variant.log"
+  cp /tmp/bench_variant/bench.json "$OUT/bench_variant.json"
+fi
 if [ "${FP8:-0}" = 1 ]; then
   # FP8 weight-only action expert: speed at batch 1 and 8, accuracy (--check) in bf16 and fp16.
   python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda \
     --batches "${FP8_BATCHES:-1,8}" --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert \
+    ${VARIANT:-} \
     --out /tmp/bench_fp8 2>&1 \
     | tee "$OUT/bench_fp8.log"
   cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"

@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              '(--check then reports its accuracy in bf16/fp16)')
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
+    parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
+                        help='set a switch in pi0_ros.engine.kernel_configs (0/1), e.g. '
+                             'PREFETCH_WEIGHTS=1; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -326,6 +329,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.no_pdl:
         kernel_configs.PDL = False
+    for setting in args.kernel_config:
+        name, _, value = setting.partition('=')
+        if not isinstance(getattr(kernel_configs, name, None), bool):
+            raise SystemExit(f'--kernel-config: {name!r} is not a switch in kernel_configs')
+        setattr(kernel_configs, name, value.strip().lower() in ('1', 'true', 'on', 'yes'))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()

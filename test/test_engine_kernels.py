@@ -20,6 +20,7 @@ from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
+skinny_linear = gemm.skinny_linear
 
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
@@ -45,6 +46,7 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
 @pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
 def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl, monkeypatch):
     monkeypatch.setattr(kernel_configs, 'PDL', pdl)  # with it: weight prefetch + PDL launch
+    monkeypatch.setattr(kernel_configs, 'PREFETCH_WEIGHTS', pdl)
     torch.manual_seed(0)
     x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
     weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
@@ -110,7 +112,11 @@ def test_fp8_weights_in_the_skinny_kernel_on_the_gpu(rows, n_out, depth, gelu_mu
 @pytest.mark.gpu
 @pytest.mark.parametrize('rows,depth,n_out,silu', [(50, 32, 1024, True), (50, 1024, 1024, False),
                                                    (408, 1024, 32, False)])
-def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu):
+def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu, monkeypatch):
+    monkeypatch.setattr(kernel_configs, 'ACTION_LINEAR_TRITON', True)
+    launches = []
+    monkeypatch.setattr(gemm, 'skinny_linear',
+                        lambda *a, **k: launches.append(1) or skinny_linear(*a, **k))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(3)
     x = torch.randn(1, rows, depth, device='cuda')
@@ -119,6 +125,7 @@ def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu):
     expected = F.linear(x.double(), weight.double(), bias.double())
     expected = F.silu(expected) if silu else expected
     out = gemm.action_linear(x, weight, bias, silu=silu)
+    assert launches  # the Triton kernel ran
     # TF32 would be off by ~1e-3 relative; full float32 is ~1e-6.
     assert (out.double() - expected).abs().max().item() < 1e-4 * expected.abs().max().item()
 

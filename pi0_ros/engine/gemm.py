@@ -213,7 +213,8 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
         PARTIAL=partial, IEEE=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        PREFETCH_LINES=lines if lines > 0 and lines & (lines - 1) == 0 else 0,
+        PREFETCH_LINES=lines if (kernel_configs.PREFETCH_WEIGHTS and lines > 0
+                                 and lines & (lines - 1) == 0) else 0,
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
         num_stages=config.num_stages, launch_pdl=pdl)
     return out
@@ -229,7 +230,8 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """
     flat = x.reshape(-1, x.shape[-1])
     n_out, depth = weight.shape
-    if kernels.use_triton(x) and n_out % 16 == 0 and depth % 16 == 0:
+    if (kernel_configs.ACTION_LINEAR_TRITON or kernels.INTERPRET_ON_CPU) \
+            and kernels.use_triton(x) and n_out % 16 == 0 and depth % 16 == 0:
         # float32 tiles: short K steps (shared memory), narrow columns (enough programs).
         config = SkinnyConfig(block_m=64 if flat.shape[0] > 16 else 16,
                               block_n=16 if n_out >= 1024 else next(

@@ -12,6 +12,14 @@ and prints the table these values come from. A shape that is not listed gets a h
 # before it touches memory, hiding the launch gap between the denoiser's ~1,800 kernels.
 PDL = True
 
+# With PDL: each skinny-GEMM program asks for its weight slab in L2 before it waits for the
+# previous kernel (the weights do not depend on it). Off until measured on the H200.
+PREFETCH_WEIGHTS = False
+
+# The action side's float32 projections (action-time MLP, output head) as one skinny-kernel
+# launch each, in exact float32, instead of cuBLAS. Off until measured on the H200.
+ACTION_LINEAR_TRITON = False
+
 
 def _skinny(block_m, block_n, block_k, split_k, num_warps, num_stages) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'block_k': block_k, 'split_k': split_k,
