@@ -22,8 +22,7 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
-from rclpy.executors import (ExternalShutdownException, MultiThreadedExecutor,
-                             SingleThreadedExecutor)
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
                        ReliabilityPolicy)
@@ -35,9 +34,10 @@ from trajectory_msgs.msg import JointTrajectory
 from pi0_ros import diagnostics
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
                              validate_trajectory)
-from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, image_to_rgb,
-                                 InputRejected, JointStateMapper,
+from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
+                                 image_to_rgb, InputRejected, JointStateMapper,
                                  stamp_to_nanoseconds, stamp_to_seconds, validate_instruction)
+from pi0_ros.executors import CallbackGroupThread, make_executor, ThreadBoundCallbackGroup
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
 from pi0_ros.sync import ApproximateTimeSync, JointStateBuffer
@@ -114,6 +114,8 @@ class Pi0ControlNode(LifecycleNode):
         self._output_lock = threading.Lock()
         self._settings = None
         self._worker = None
+        self._control_thread = None
+        self.control_thread_error = None
         self._entities = []
         self._rejection_loggers = {}
         self._reset_runtime_state()
@@ -180,8 +182,10 @@ class Pi0ControlNode(LifecycleNode):
         self._teardown()
         return TransitionCallbackReturn.SUCCESS
 
-    def stop_worker(self):
-        """Stop the inference thread (used on process exit)."""
+    def stop_threads(self):
+        """Stop the control and inference threads (used on process exit)."""
+        if self._control_thread is not None:
+            self._control_thread.stop()
         if self._worker is not None:
             self._worker.stop()
 
@@ -228,10 +232,12 @@ class Pi0ControlNode(LifecycleNode):
             max_extrapolation=settings.joint_state_max_extrapolation)
         self._joint_mapper = JointStateMapper(joints)
 
-        # Joint states never wait behind a camera frame; each camera converts on its own.
+        # Joint states never wait behind a camera frame; each camera converts on its own. The
+        # control timer's group gets a real-time thread of its own where permitted
+        # (_start_control_thread).
         joint_group = MutuallyExclusiveCallbackGroup()
         commands_group = MutuallyExclusiveCallbackGroup()
-        output = MutuallyExclusiveCallbackGroup()
+        output = ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
 
         def sensor_qos(reliability):
@@ -270,12 +276,57 @@ class Pi0ControlNode(LifecycleNode):
             self.create_timer(1.0 / settings.status_rate, self.status_timer_callback,
                               callback_group=reports),
         ]
+        self._start_control_thread(output, settings.control_thread_priority)
         # A backward jump of the ROS clock (sim time reset) leaves every buffered input stamped
         # in the future; without a reset the node would hold until the clock passes them again.
         self._clock_jump_handle = self.get_clock().create_jump_callback(
             JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1),
                           on_clock_change=False),
             post_callback=self.clock_jump_callback)
+
+    def _start_control_thread(self, group, priority):
+        """
+        Run the control timer on a thread of its own at a real-time priority, where permitted.
+
+        Measured on 2 cores with CPU inference (benchmarks/control_rate/README.md): on the
+        executor's thread the timer waited little behind the input callbacks (they are short),
+        but after waking it often queued 1-4 ms for a CPU while other runnable threads finished
+        their time slices. SCHED_FIFO removes that wait; given to the whole executor it also
+        starved the DDS threads that reassemble camera frames (the camera sets taken in fell
+        from ~15 % to ~3 %), so only this thread gets it: it wakes 50 times a second for well
+        under a millisecond of work. At normal priority a thread of its own was worse than the
+        executor's (one more thread contending for the GIL), so without the priority (refused,
+        or control_thread_priority 0) the executor runs the timer, as an ordinary group.
+        """
+        if priority > 0:
+            thread = CallbackGroupThread(self, group, name='pi0_control', priority=priority,
+                                         on_error=self._on_control_thread_error)
+            thread.start()
+            if not thread.priority_error:
+                self._control_thread = thread
+                self.get_logger().info(f'control timer on its own thread at SCHED_FIFO '
+                                       f'priority {priority}')
+                return
+            thread.stop()
+            self.get_logger().warning(
+                f'control thread: SCHED_FIFO priority {priority} refused '
+                f'({thread.priority_error}): the control timer runs on the executor at normal '
+                'priority, so its period may jitter by milliseconds on a busy CPU. Allow it with '
+                'CAP_SYS_NICE or an rtprio limit (ulimit -r), or set control_thread_priority: 0 '
+                'to not ask.')
+        else:
+            self.get_logger().info('control timer on the executor (control_thread_priority 0)')
+        group.release()
+        if self.executor is not None:
+            self.executor.wake()   # its wait set did not hold the timer so far
+
+    def _on_control_thread_error(self, error):
+        if not self.context.ok():
+            return  # SIGINT/SIGTERM shut the context down under a running tick: not a fault
+        self.control_thread_error = error
+        self.get_logger().fatal(f'control timer callback raised {type(error).__name__}: {error}; '
+                                'no more commands: shutting down')
+        rclpy.try_shutdown(context=self.context)
 
     def clock_jump_callback(self, jump):
         """Drop inputs and in-flight results of the old time base after a backward jump."""
@@ -299,6 +350,10 @@ class Pi0ControlNode(LifecycleNode):
         handle, self._clock_jump_handle = getattr(self, '_clock_jump_handle', None), None
         if handle is not None:
             handle.unregister()
+        if self._control_thread is not None:
+            if not self._control_thread.stop():
+                self.get_logger().warning('control thread did not stop within 5 s')
+            self._control_thread = None
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
@@ -496,15 +551,19 @@ class Pi0ControlNode(LifecycleNode):
         elif self._planner.state is PlannerState.ESTOP:
             self._planner.clear_estop()
         self._planner.set_enabled(enabled)
-        for result in results:
-            self._accept_chunk(result, now)
-        if (not enabled and not estop and self._planner.state is PlannerState.DISABLED
-                and not np.any(self._planner.commanded_velocity)):
-            return  # disabled and at rest: the controller is free for other commanders
-        points = self._planner.step(now, self._hold_reason(now, observation_stamp,
-                                                           joint_state_time))
-        self._output_rate.tick(time.monotonic())
-        self._publish_points(points)
+        chunks = [self._accept_chunk(result, now) for result in results]
+        # Disabled and at rest: no command, the controller is free for other commanders.
+        idle = (not enabled and not estop and self._planner.state is PlannerState.DISABLED
+                and not np.any(self._planner.commanded_velocity))
+        if not idle:
+            points = self._planner.step(now, self._hold_reason(now, observation_stamp,
+                                                               joint_state_time))
+            self._output_rate.tick(time.monotonic())
+            self._publish_points(points)
+        # The chunks' reports go out after the command, so that they never delay it.
+        for result, chunk in chunks:
+            if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
+                self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
 
     def _hold_reason(self, now, observation_stamp, joint_state_time):
         settings = self._settings
@@ -519,6 +578,7 @@ class Pi0ControlNode(LifecycleNode):
         return None
 
     def _accept_chunk(self, result, now):
+        """Offer a result to the planner; return (result, chunk) for its ~/action_chunk report."""
         settings = self._settings
         self._chunk_sequence += 1
         chunk = Chunk(t0=result.observation.stamp, dt=settings.chunk_dt, actions=result.actions,
@@ -530,14 +590,13 @@ class Pi0ControlNode(LifecycleNode):
         if not outcome.accepted:
             self.get_logger().warning(f'chunk {chunk.sequence} rejected: {outcome.reason}',
                                       throttle_duration_sec=LOG_THROTTLE_S)
-        if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
-            self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
+        return result, chunk
 
     def _action_chunk_msg(self, result, chunk):
         timings = result.timings_ms
         msg = ActionChunk(joint_names=list(self._settings.joint_names), dt=chunk.dt,
                           horizon=int(chunk.actions.shape[0]),
-                          actions=[float(a) for a in chunk.actions.ravel()],
+                          actions=float64_array(chunk.actions.ravel()),
                           sequence=chunk.sequence, instruction_epoch=result.observation.epoch,
                           preprocess_ms=float(timings.get('preprocess', 0.0)),
                           vision_ms=float(timings.get('vision', 0.0)),
@@ -582,7 +641,9 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             counters = dict(self._counters)
             observation_stamp = self._last_observation_stamp
-        latencies_ms = [s * 1e3 for s in worker.latencies_s]
+        # list() copies the deque in one step; iterating it in Python while the worker thread
+        # appends could raise 'deque mutated during iteration'.
+        latencies_ms = [s * 1e3 for s in list(worker.latencies_s)]
         rate = self._output_rate.rate()
         engine_stats = worker.engine_stats()
         memory_used, memory_total, utilization = self._gpu.read()
@@ -680,27 +741,14 @@ class Pi0ControlNode(LifecycleNode):
                                                        blend_duration=changes['blend_duration'])
 
 
-def make_executor(threads):
-    """
-    Return the executor for the node: single-threaded unless `executor_threads` > 0.
-
-    Every callback here only converts, validates and stores (inference has its own thread), so
-    one executor thread is enough, and it is what keeps the control timer on time on small
-    machines: on 2 cores rclpy's MultiThreadedExecutor spent ~20 % of a core dispatching and
-    the timer lost 8-15 % of its ticks while inference ran, where the single-threaded executor
-    held 50.0 Hz (measured with the tiny model on the CPU). The callback groups still separate
-    the timer from the inputs when more threads are asked for.
-    """
-    if threads > 0:
-        return MultiThreadedExecutor(num_threads=threads)
-    return SingleThreadedExecutor()
-
-
 def main(args=None):
     """Run the control node; exit code 1 if it cannot be configured."""
-    # Hand the GIL over sooner (default 5 ms), so the control timer is not held up by the
-    # Python-level work of the inference thread.
-    sys.setswitchinterval(0.001)
+    # Hand the GIL over sooner (default 5 ms): the control thread, which the OS runs at once
+    # (real-time priority), waits at most about this long for the GIL held by the inference or
+    # the executor thread, at wake-up and while it computes a tick. Measured on 2 cores with CPU
+    # inference: 0.2 ms gave a node p99 period jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms 1.6-1.8 ms
+    # (benchmarks/control_rate/README.md).
+    sys.setswitchinterval(0.0002)
     rclpy.init(args=args)
     node = executor = None
     exit_code = 0
@@ -728,7 +776,9 @@ def main(args=None):
             exit_code = 1
     finally:
         if node is not None:
-            node.stop_worker()
+            node.stop_threads()
+            if node.control_thread_error is not None:
+                exit_code = 1
             if executor is not None:
                 executor.remove_node(node)
             node.destroy_node()

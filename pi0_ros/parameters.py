@@ -119,10 +119,15 @@ SPECS = {
                                    1, 100000),
     # Node.
     'autostart': Spec(True, 'Configure and activate on start-up'),
-    'executor_threads': Spec(0, '0 = single-threaded executor (inference has its own thread; '
-                                'best timer accuracy on small machines); N = a '
-                                'MultiThreadedExecutor with N threads', 0, 64),
+    'executor_threads': Spec(0, '0 = single-threaded executor for the inputs (inference has '
+                                'its own thread, the control timer too where it may run at '
+                                'real-time priority); N = a MultiThreadedExecutor with N '
+                                'threads', 0, 64),
     'status_rate': Spec(2.0, 'Rate of ~/status and /diagnostics, Hz', 0.1, 100.0),
+    'control_thread_priority': Spec(10, 'SCHED_FIFO priority (1-99) of a thread of its own for '
+                                        'the control timer; needs CAP_SYS_NICE or an rtprio '
+                                        'limit. Refused (a warning says so) or 0: the executor '
+                                        'runs the timer at normal priority', 0, 99),
 }
 
 
@@ -189,6 +194,7 @@ class Settings:
     max_instruction_length: int
     autostart: bool
     executor_threads: int
+    control_thread_priority: int
     status_rate: float
 
 

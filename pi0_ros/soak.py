@@ -17,6 +17,7 @@ The feeder runs in its own process so that publishing 80 MB/s of images and 500 
 second does not disturb the receive-time measurement of the commands here.
 """
 import argparse
+import ast
 import json
 import math
 import os
@@ -47,6 +48,17 @@ OUTPUT_FOLLOWING = 1
 FEEDER_STREAMS = {'cameras': ('camera', 'instruction'), 'joints': ('joint',)}
 
 
+def node_parameter(text):
+    """Parse NAME:=VALUE (VALUE a Python literal, else a string) into (name, value)."""
+    name, separator, value = text.partition(':=')
+    if not separator or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME:=VALUE, got '{text}'")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--duration', type=float, default=1800.0,
@@ -61,6 +73,10 @@ def parse_args(argv):
                              "Pi0's full size, for a GPU)")
     parser.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N')
     parser.add_argument('--precision', default='auto', help='auto | fp32 | bf16 | fp16')
+    parser.add_argument('--node-parameter', type=node_parameter, action='append', default=[],
+                        metavar='NAME:=VALUE',
+                        help='another control-node parameter (repeatable; VALUE is a Python '
+                             'literal, else a string), e.g. control_thread_priority:=0')
     parser.add_argument('--control-rate', type=float, default=50.0)
     parser.add_argument('--camera-rate', type=float, default=30.0)
     parser.add_argument('--joint-rate', type=float, default=500.0)
@@ -478,6 +494,7 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
                        'image': f'{args.image_width}x{args.image_height} rgb8 x3',
                        'camera_rate_hz': args.camera_rate, 'joint_rate_hz': args.joint_rate,
                        'control_rate_hz': args.control_rate,
+                       'node_parameters': dict(args.node_parameter),
                        'instruction_period_s': args.instruction_period},
         'note': '' if args.checkpoint else RANDOM_WEIGHTS_NOTE.format(args.random_model),
     }
@@ -597,7 +614,8 @@ def run_monitor(args):
         {'checkpoint': args.checkpoint, 'random_model': args.random_model, 'device': args.device,
          'precision': args.precision, 'control_rate': args.control_rate, 'status_rate': 2.0,
          'max_image_width': max(args.image_width, 64),
-         'max_image_height': max(args.image_height, 64)}), env, output)
+         'max_image_height': max(args.image_height, 64), **dict(args.node_parameter)}),
+        env, output)
     feeders = [Process(f'feeder_{role}', [
         sys.executable, '-m', 'pi0_ros.soak', '--feeder', role,
         '--feeder-stats', str(output / f'feeder_{role}.json'),

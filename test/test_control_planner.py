@@ -8,7 +8,7 @@ import pytest
 
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
                              validate_trajectory)
-from pi0_ros.control.planner import max_speed_to_stop, smootherstep
+from pi0_ros.control.planner import _speed_to_stop, max_speed_to_stop, smootherstep
 
 H = 0.02      # default point spacing and control period
 TOLERANCE = 1e-9
@@ -201,6 +201,18 @@ def test_exact_discrete_braking_distance():
         assert speed_found == pytest.approx(speed, abs=1e-12)
     assert max_speed_to_stop(np.array([-0.01]), accel, h)[0] == pytest.approx(-1.0)
     assert max_speed_to_stop(np.array([math.inf]), accel, h)[0] == math.inf
+
+
+def test_the_trackers_scalar_stopping_speed_equals_the_array_version_to_the_bit():
+    rng = np.random.default_rng(3)
+    accel, h = rng.uniform(2.0, 20.0, 200), 0.02
+    rooms = np.concatenate([rng.uniform(-0.05, 0.5, 100), rng.uniform(0.0, 1e-4, 96),
+                            [0.0, -0.0, math.inf, 1e-300]])
+    for first_step in (h, 0.0137, 1e-9):
+        expected = max_speed_to_stop(rooms, accel, h, first_step)
+        found = [_speed_to_stop(float(r), float(a), h, first_step) for r, a in zip(rooms, accel)]
+        np.testing.assert_array_equal(found, expected)
+    assert _speed_to_stop(1e308, 1.0, h, h) == math.inf   # overflow: unbounded, not NaN
 
 
 def test_smootherstep_is_flat_at_both_ends():

@@ -1,14 +1,16 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Message <-> array conversions and the validation of everything that arrives from outside."""
+import array
+
 import cv2
 import numpy as np
 import pytest
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from pi0_ros.control import PlannerState, PlanPoints, validate_trajectory
-from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, image_to_rgb,
-                                 InputRejected, JointStateMapper, rgb_to_image,
+from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
+                                 image_to_rgb, InputRejected, JointStateMapper, rgb_to_image,
                                  seconds_to_duration, seconds_to_stamp, stamp_to_nanoseconds,
                                  stamp_to_seconds, validate_instruction)
 
@@ -157,3 +159,24 @@ def test_joint_trajectory_from_plan_points():
     assert [list(p.positions) for p in msg.points] == positions.tolist()
     assert list(msg.points[-1].velocities) == [0.0, 0.0]
     assert validate_trajectory(times, positions, velocities, 2) == []
+
+
+def test_trajectory_arrays_are_float64_arrays_with_durations_rounded_like_seconds_to_duration():
+    rng = np.random.default_rng(1)
+    # Times a tick computes (from a clock near 1.8e9 s) and exact half nanoseconds.
+    times = np.concatenate([np.cumsum(rng.uniform(0.001, 0.03, 40)),
+                            [2.5e-9, 3.5e-9, 1.0000000005, 0.02]])
+    positions = rng.standard_normal((times.size, 3))
+    velocities = rng.standard_normal((times.size, 3))[:, ::-1]   # not contiguous
+    msg = build_joint_trajectory(['a', 'b', 'c'], PlanPoints(
+        times, positions, velocities, PlannerState.FOLLOWING, None))
+    for point, t, q, v in zip(msg.points, times, positions, velocities):
+        assert point.time_from_start == seconds_to_duration(float(t))
+        assert isinstance(point.positions, array.array) and point.positions.typecode == 'd'
+        assert list(point.positions) == q.tolist() and list(point.velocities) == v.tolist()
+
+
+def test_float64_array_keeps_every_value_exactly():
+    values = np.array([[0.1, -2.5e300], [np.inf, 1e-320]])
+    converted = float64_array(values.T)
+    assert converted.typecode == 'd' and converted.tolist() == values.T.ravel().tolist()

@@ -4,6 +4,8 @@
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 import numpy as np
 import pytest
 from sensor_msgs.msg import CompressedImage, Image, JointState
@@ -237,3 +239,46 @@ def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(
     first = np.array(harness.trajectories[count][1].points[0].positions)
     assert np.max(np.abs(first - moved)) < 0.05, (first, moved)
     harness.wait_following(timeout=10.0)
+
+
+@pytest.mark.parametrize('priority', [10, 0])
+def test_cleanup_and_configure_again_restart_the_control_timer(
+        start_process, ros_node, priority):
+    """The control timer (own real-time thread, or the executor's) stops and starts again."""
+    harness = ControlNodeHarness(start_process, ros_node,
+                                 parameters={'control_thread_priority': priority})
+    harness.feeder.say('pick up the red cube')
+    harness.wait_following()
+    ros = harness.ros
+    client = ros_node.node.create_client(ChangeState, 'pi0_ros/change_state')
+    assert client.wait_for_service(timeout_sec=5.0)
+
+    def transition(transition_id):
+        future = client.call_async(ChangeState.Request(
+            transition=Transition(id=transition_id)))
+        assert ros.spin_until(future.done, 60.0, harness.process)
+        assert future.result().success, transition_id
+
+    # Priority 10: 'control timer on its own thread at SCHED_FIFO priority 10', or the warning
+    # that the priority was refused (no CAP_SYS_NICE or rtprio limit); once per configure.
+    line = 'SCHED_FIFO priority 10' if priority else 'control timer on the executor'
+    assert harness.process.output().count(line) == 1, harness.process.output()[-3000:]
+    transition(Transition.TRANSITION_DEACTIVATE)
+    transition(Transition.TRANSITION_CLEANUP)
+    ros.spin_for(0.5)
+    stopped = time.monotonic()
+    ros.spin_for(0.5)
+    assert [t for t, _ in harness.trajectories if t > stopped] == []
+    transition(Transition.TRANSITION_CONFIGURE)
+    transition(Transition.TRANSITION_ACTIVATE)
+    harness.wait_following(timeout=30.0)
+    count = len(harness.trajectories)
+    ros.spin_for(2.0)
+    window = harness.trajectories[count:]
+    rate = (len(window) - 1) / (window[-1][0] - window[0][0])
+    assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.05, f'output rate {rate:.2f} Hz'
+    for _, msg in window:
+        check_command(msg)
+    output = harness.process.output()
+    assert output.count(line) == 2, output[-3000:]
+    assert 'did not stop' not in output

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pi0_ros.soak import parse_args
 from rosutil import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,3 +42,14 @@ def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
     assert feeder['cameras']['camera_sets'] > 0 and feeder['joints']['joint_states'] > 0
     for name in ('timeseries.png', 'control_period.png'):
         assert (output / name).stat().st_size > 10_000
+
+
+def test_node_parameters_are_parsed_as_literals_else_strings():
+    args = parse_args(['--node-parameter', 'control_thread_priority:=0',
+                       '--node-parameter', 'inference_trigger:=horizon',
+                       '--node-parameter', 'observation_timeout:=0.75'])
+    assert args.node_parameter == [('control_thread_priority', 0),
+                                   ('inference_trigger', 'horizon'),
+                                   ('observation_timeout', 0.75)]
+    with pytest.raises(SystemExit):
+        parse_args(['--node-parameter', 'control_thread_priority=0'])

@@ -174,6 +174,25 @@ def max_speed_to_stop(room: np.ndarray, max_acceleration: np.ndarray, h: float,
     return np.where(room < 0.0, 2.0 * room / h1, speed)
 
 
+def _speed_to_stop(room: float, max_acceleration: float, h: float, h1: float) -> float:
+    """
+    Return max_speed_to_stop for one joint, in Python floats (the tracker's inner loop).
+
+    The same arithmetic as the array version, operation for operation, so the results are equal
+    to the bit; on a handful of joints it runs ~2x faster than numpy calls, whose fixed cost
+    dominates on 6-element arrays. A room so large that the square root overflows counts as
+    unbounded (the array version returns NaN there).
+    """
+    if room < 0.0:
+        return 2.0 * room / h1
+    root = math.sqrt(h1 * h1 + 8.0 * room / max_acceleration)
+    if not math.isfinite(root):
+        return root   # inf: no bound; NaN (never from finite inputs) stays NaN, as in numpy
+    m = math.floor((root - h1) / (2.0 * h))
+    return ((room + max_acceleration * h * h * m * (m + 1.0) / 2.0)
+            / (0.5 * h1 + 0.5 * h + m * h))
+
+
 class _Segment:
     """One reference source: a chunk (blended in from `start`) or a constant position."""
 
@@ -204,6 +223,8 @@ class ChunkPlanner:
         # Speed that still allows a stop by the last point, per point index i = 1..N.
         self._horizon_speed = (limits.max_acceleration[None, :] * h
                                * (num_points - np.arange(1, num_points + 1))[:, None])
+        # The speed bound of point i: the joint's limit and what still stops by the last point.
+        self._speed_caps = np.minimum(limits.max_velocity[None, :], self._horizon_speed)
         self._enabled = False
         self._estopped = False
         self._is_reset = False
@@ -484,21 +505,6 @@ class ChunkPlanner:
         self._plan_start_velocity = self._velocity.copy()
         return plan
 
-    def _bounded_velocity(self, index: int, step: float, q: np.ndarray, v: np.ndarray,
-                          desired: np.ndarray) -> np.ndarray:
-        """Clip a desired next velocity to the speed, horizon, position and accel limits."""
-        h = self.config.point_spacing
-        limits = self.limits
-        accel = limits.max_acceleration
-        speed = np.minimum(limits.max_velocity, self._horizon_speed[index - 1])
-        upper = np.minimum(speed, max_speed_to_stop(
-            limits.position_upper - q - 0.5 * step * v, accel, h, step))
-        lower = np.maximum(-speed, -max_speed_to_stop(
-            q - limits.position_lower + 0.5 * step * v, accel, h, step))
-        bounded = np.minimum(np.maximum(desired, lower), upper)
-        # The acceleration limit wins where the two disagree (only from an infeasible state).
-        return np.clip(bounded, v - accel * step, v + accel * step)
-
     def _brake(self, first_step: float) -> tuple[np.ndarray, np.ndarray]:
         h = self.config.point_spacing
         count = self.config.points_per_message
@@ -516,37 +522,60 @@ class ChunkPlanner:
         return positions, velocities
 
     def _track(self, now: float, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """
+        Plan the next points toward the reference within all limits (module doc).
+
+        This runs on every control tick: the loop over points and joints is in Python floats,
+        which on a few joints takes half the time of numpy calls on [J] arrays (the control
+        tick's latency is the node's output jitter).
+        """
         h = self.config.point_spacing
         count = self.config.points_per_message
+        limits = self.limits
         anchors = np.concatenate(([now], times))
         samples = self.reference((anchors[:, None] + np.array([-0.5 * h, 0.0, 0.5 * h]))
                                  .reshape(-1)).reshape(count + 1, 3, -1)
-        references = samples[:, 1]                       # at now and at each point
-        reference_velocities = (samples[:, 2] - samples[:, 0]) / h
-        accel = self.limits.max_acceleration
-        positions = np.empty((count, self.limits.num_joints))
-        velocities = np.empty_like(positions)
-        q, v = self._position, self._velocity
+        references = samples[:, 1].tolist()              # at now and at each point
+        reference_velocities = ((samples[:, 2] - samples[:, 0]) / h).tolist()
+        accelerations = limits.max_acceleration.tolist()
+        lower_bounds, upper_bounds = limits.position_lower.tolist(), limits.position_upper.tolist()
+        speed_caps = self._speed_caps.tolist()
+        steps = np.diff(anchors).tolist()
+        positions, velocities = [], []
+        q, v = self._position.tolist(), self._velocity.tolist()
         for index in range(1, count + 1):
-            step = anchors[index] - anchors[index - 1]
-            error = q - references[index - 1]
-            relative_velocity = v - reference_velocities[index - 1]
-            # Deadbeat over this step and the next: on a constant-velocity reference after two.
-            desired = -(2.0 * error + step * relative_velocity) / (step + h)
-            # Approach speed toward the next reference point bounded so that it can stop there.
-            gap = references[index] - q
-            direction = np.where(gap >= 0.0, 1.0, -1.0)
-            room = np.abs(gap) - 0.5 * step * direction * relative_velocity
-            approach = max_speed_to_stop(room, accel, h, step)
-            desired = np.where(direction * desired > approach, direction * approach, desired)
-            v_next = self._bounded_velocity(index, step, q, v,
-                                            reference_velocities[index] + desired)
-            if index == count:
-                v_next = np.zeros_like(v_next)
-            else:
-                # Rounding residue of the tracker (~1e-20 at rest) is not motion: keep rest exact.
-                v_next[np.abs(v_next) < VELOCITY_EPSILON] = 0.0
-            q = self.limits.clamp_position(q + 0.5 * step * (v + v_next))
-            positions[index - 1], velocities[index - 1] = q, v_next
-            v = v_next
-        return positions, velocities
+            step = steps[index - 1]
+            q_next, v_next = [], []
+            for joint, (position, velocity, accel, lower, upper) in enumerate(
+                    zip(q, v, accelerations, lower_bounds, upper_bounds)):
+                error = position - references[index - 1][joint]
+                relative_velocity = velocity - reference_velocities[index - 1][joint]
+                # Deadbeat over this step and the next (exact after two on a constant velocity).
+                desired = -(2.0 * error + step * relative_velocity) / (step + h)
+                # Approach speed toward the next reference point, so that it can stop there.
+                gap = references[index][joint] - position
+                direction = 1.0 if gap >= 0.0 else -1.0
+                approach = _speed_to_stop(abs(gap) - 0.5 * step * direction * relative_velocity,
+                                          accel, h, step)
+                if direction * desired > approach:
+                    desired = direction * approach
+                # Speed, horizon and position limits: braking from the next velocity stops inside.
+                speed = speed_caps[index - 1][joint]
+                to_upper = _speed_to_stop(upper - position - 0.5 * step * velocity, accel, h, step)
+                to_lower = _speed_to_stop(position - lower + 0.5 * step * velocity, accel, h, step)
+                bounded = min(max(reference_velocities[index][joint] + desired,
+                                  max(-speed, -to_lower)), min(speed, to_upper))
+                # The acceleration limit wins where they disagree (only from an infeasible state).
+                change = accel * step
+                new_velocity = min(max(bounded, velocity - change), velocity + change)
+                # The last point is at rest; the tracker's rounding residue (~1e-20 at rest) is
+                # not motion: keep rest exact.
+                if index == count or abs(new_velocity) < VELOCITY_EPSILON:
+                    new_velocity = 0.0
+                q_next.append(min(max(position + 0.5 * step * (velocity + new_velocity), lower),
+                                  upper))
+                v_next.append(new_velocity)
+            positions.append(q_next)
+            velocities.append(v_next)
+            q, v = q_next, v_next
+        return np.array(positions), np.array(velocities)

@@ -1,0 +1,169 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Executors of the control node: one for the inputs, and a dedicated thread for the control timer.
+
+rclcpp can hand one callback group of a node to an executor of its own
+(`Executor::add_callback_group`), so that a control timer never waits behind the node's other
+callbacks and its thread can run at a real-time priority. rclpy (Jazzy) has no such call: a node
+belongs to one executor. `CallbackGroupThread` provides it: a thread with its own executor that
+waits on the entities of one `ThreadBoundCallbackGroup` only, and that group refuses every other
+thread, so whatever executor spins the node (single- or multi-threaded, `rclpy.spin`) leaves its
+callbacks to the dedicated thread.
+"""
+import os
+import threading
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import (ConditionReachedException, ExternalShutdownException,
+                             MultiThreadedExecutor, ShutdownException, SingleThreadedExecutor)
+
+
+def make_executor(threads):
+    """
+    Return the executor for the node's inputs: single-threaded unless `executor_threads` > 0.
+
+    Every callback here only converts, validates and stores (inference has its own thread, the
+    control timer too where it may run at real-time priority, see CallbackGroupThread), so one
+    executor thread is enough; on 2 cores rclpy's MultiThreadedExecutor spent ~20 % of a core
+    dispatching and the control timer on it lost 8-15 % of its ticks while inference ran.
+    """
+    if threads > 0:
+        return MultiThreadedExecutor(num_threads=threads)
+    return SingleThreadedExecutor()
+
+
+def set_realtime_priority(priority):
+    """
+    Run the calling thread under SCHED_FIFO at `priority` (1-99); return '' or why not.
+
+    Threads it starts later begin with the normal policy (SCHED_RESET_ON_FORK), so a real-time
+    priority never spreads to, say, DDS or torch threads by inheritance. Needs CAP_SYS_NICE or
+    an rtprio limit (`ulimit -r`, /etc/security/limits.conf), as for ros2_control's
+    controller_manager; without them the thread keeps its normal priority.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(priority))
+    except (AttributeError, OSError) as error:  # AttributeError: not Linux
+        return f'{type(error).__name__}: {error}'
+    return ''
+
+
+class ThreadBoundCallbackGroup(MutuallyExclusiveCallbackGroup):
+    """
+    A mutually exclusive callback group whose callbacks run on one thread only (`bind`).
+
+    Before `bind` no thread runs them; after `release` any thread does (an ordinary mutually
+    exclusive group, served by whatever executor spins the node).
+    """
+
+    _ANY = object()
+
+    def __init__(self):
+        super().__init__()
+        self._thread_id = None
+
+    def bind(self, thread_id):
+        """Let only the thread `thread_id` (threading.get_ident()) run the callbacks."""
+        self._thread_id = thread_id
+
+    def release(self):
+        """Let any thread run the callbacks."""
+        self._thread_id = self._ANY
+
+    @property
+    def thread_id(self):
+        """Return the thread that runs the callbacks (None: none yet or any, see `bound`)."""
+        return None if self._thread_id is self._ANY else self._thread_id
+
+    @property
+    def bound(self):
+        """Return whether one thread only runs the callbacks."""
+        return self._thread_id is not None and self._thread_id is not self._ANY
+
+    def _allowed(self):
+        return self._thread_id is self._ANY or threading.get_ident() == self._thread_id
+
+    def can_execute(self, entity):
+        return self._allowed() and super().can_execute(entity)
+
+    def beginning_execution(self, entity):
+        return self._allowed() and super().beginning_execution(entity)
+
+
+class _GroupExecutor(SingleThreadedExecutor):
+    """Waits on the entities of one callback group of the nodes it is given."""
+
+    def __init__(self, group, *, context):
+        super().__init__(context=context)
+        self._group = group
+
+    def can_execute(self, entity):
+        return entity.callback_group is self._group and super().can_execute(entity)
+
+
+class CallbackGroupThread:
+    """
+    A named thread that executes the callbacks of one ThreadBoundCallbackGroup of a node.
+
+    With priority > 0 the thread asks for SCHED_FIFO at that priority; `priority_error` says why
+    it was refused ('' when granted or not asked for). A callback that raises stops the thread:
+    the exception is kept in `error` and `on_error(exception)` is called.
+    """
+
+    def __init__(self, node, group, *, name, priority=0, on_error=None):
+        self._node = node
+        self._group = group
+        self._name = name
+        self._priority = priority
+        self._on_error = on_error
+        self._executor = _GroupExecutor(group, context=node.context)
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._thread = None
+        self.priority_error = ''
+        self.native_id = None
+        self.error = None
+
+    def start(self):
+        """Start the thread; return once it is bound to the group (and its priority set)."""
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def stop(self, timeout=5.0):
+        """Stop the thread (a running callback finishes first); False if it did not exit."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        self._stop.set()
+        try:
+            self._executor.wake()
+        except Exception:  # noqa: B902 - the context is shut down: the thread has left already
+            pass
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._executor.shutdown()
+        return True
+
+    def _run(self):
+        self._group.bind(threading.get_ident())
+        self.native_id = threading.get_native_id()
+        if self._priority > 0:
+            self.priority_error = set_realtime_priority(self._priority)
+        self._started.set()
+        wait_arguments = (None, [self._node], self._stop.is_set)  # timeout, nodes, condition
+        try:
+            while True:
+                handler, _, _ = self._executor.wait_for_ready_callbacks(*wait_arguments)
+                handler()
+                if handler.exception() is not None:
+                    raise handler.exception()
+        except (ConditionReachedException, ShutdownException, ExternalShutdownException):
+            pass
+        except Exception as error:  # noqa: B902 - reported to the owner, not lost in a thread
+            self.error = error
+            if self._on_error is not None:
+                self._on_error(error)

@@ -1,0 +1,182 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The control timer's own thread: only it runs its group, it stops, it reports, its priority."""
+import os
+import threading
+import time
+
+import pytest
+import rclpy
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+
+from pi0_ros.executors import CallbackGroupThread, set_realtime_priority, ThreadBoundCallbackGroup
+
+PERIOD = 0.01
+
+
+@pytest.fixture
+def node(ros_node):
+    """Yield a bare node in the test's own context (not spun by anything yet)."""
+    node = rclpy.create_node('executors_test', context=ros_node.context)
+    yield node
+    node.destroy_node()
+
+
+def spin_for(executor, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.01)
+
+
+def call_log(calls):
+    """Return a timer callback that records the thread it runs on."""
+    return lambda: calls.append(threading.get_ident())
+
+
+@pytest.mark.parametrize('executor_class', [SingleThreadedExecutor, MultiThreadedExecutor])
+def test_bound_group_runs_on_its_thread_only_while_the_executor_runs_the_rest(
+        node, executor_class):
+    bound, other = [], []
+    group = ThreadBoundCallbackGroup()
+    node.create_timer(PERIOD, call_log(bound), callback_group=group)
+    node.create_timer(PERIOD, call_log(other))
+    executor = executor_class(context=node.context)
+    executor.add_node(node)
+    control = CallbackGroupThread(node, group, name='test_control')
+    control.start()
+    try:
+        spin_for(executor, 0.5)
+    finally:
+        assert control.stop()
+        executor.shutdown()
+    assert len(bound) >= 20 and len(other) >= 20
+    assert group.bound and set(bound) == {group.thread_id}
+    assert group.thread_id not in other
+
+
+def test_unbound_group_is_never_executed(node):
+    calls = []
+    node.create_timer(PERIOD, call_log(calls), callback_group=ThreadBoundCallbackGroup())
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+    spin_for(executor, 0.2)
+    executor.shutdown()
+    assert calls == []
+
+
+def test_released_group_is_an_ordinary_group_of_the_executor(node):
+    calls = []
+    group = ThreadBoundCallbackGroup()
+    node.create_timer(PERIOD, call_log(calls), callback_group=group)
+    group.release()
+    assert not group.bound and group.thread_id is None
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+    spin_for(executor, 0.2)
+    executor.shutdown()
+    assert len(calls) >= 5 and set(calls) == {threading.get_ident()}
+
+
+def test_stop_ends_the_thread_and_its_callbacks(node):
+    calls = []
+    group = ThreadBoundCallbackGroup()
+    node.create_timer(PERIOD, call_log(calls), callback_group=group)
+    control = CallbackGroupThread(node, group, name='test_control')
+    control.start()
+    deadline = time.monotonic() + 5.0
+    while len(calls) < 5 and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+    assert control.stop(timeout=5.0)
+    count = len(calls)
+    time.sleep(5 * PERIOD)
+    assert len(calls) == count >= 5
+    assert not any(t.name == 'test_control' for t in threading.enumerate())
+    assert control.stop()   # a second stop is harmless
+
+
+def test_a_raising_callback_stops_the_thread_and_is_reported(node):
+    reported = []
+    group = ThreadBoundCallbackGroup()
+
+    def fail():
+        raise RuntimeError('tick failed')
+    node.create_timer(PERIOD, fail, callback_group=group)
+    control = CallbackGroupThread(node, group, name='test_control', on_error=reported.append)
+    control.start()
+    deadline = time.monotonic() + 5.0
+    while not reported and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+    assert [str(e) for e in reported] == ['tick failed']
+    assert control.error is reported[0]
+    assert control.stop(timeout=5.0)
+
+
+def test_normal_priority_unless_asked(node):
+    policies = []
+    group = ThreadBoundCallbackGroup()
+    node.create_timer(PERIOD, lambda: policies.append(os.sched_getscheduler(0)),
+                      callback_group=group)
+    control = CallbackGroupThread(node, group, name='test_control', priority=0)
+    control.start()
+    deadline = time.monotonic() + 5.0
+    while not policies and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+    assert control.stop()
+    assert control.priority_error == ''
+    assert policies and set(policies) == {os.SCHED_OTHER}
+
+
+def test_real_time_priority_where_permitted_and_never_inherited(node):
+    seen = {}
+    group = ThreadBoundCallbackGroup()
+
+    def tick():
+        if 'thread' not in seen:
+            seen['thread'] = os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
+            seen['priority'] = os.sched_getparam(0).sched_priority
+            child = threading.Thread(
+                target=lambda: seen.setdefault('child', os.sched_getscheduler(0)))
+            child.start()
+            child.join()
+    node.create_timer(PERIOD, tick, callback_group=group)
+    control = CallbackGroupThread(node, group, name='test_control', priority=5)
+    control.start()
+    deadline = time.monotonic() + 5.0
+    while 'child' not in seen and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+    assert control.stop()
+    if control.priority_error:
+        # Not permitted here (no CAP_SYS_NICE, rtprio limit 0): the thread runs normally.
+        assert 'Operation not permitted' in control.priority_error or \
+            'AttributeError' in control.priority_error, control.priority_error
+        assert seen['thread'] == os.SCHED_OTHER
+    else:
+        assert seen['thread'] == os.SCHED_FIFO and seen['priority'] == 5
+    # A thread started from it never inherits a real-time policy.
+    assert seen['child'] == os.SCHED_OTHER
+
+
+def test_refused_priority_leaves_the_thread_at_normal_priority(node, monkeypatch):
+    def refuse(*args):
+        raise PermissionError(1, 'Operation not permitted')
+    monkeypatch.setattr(os, 'sched_setscheduler', refuse)
+    calls = []
+    group = ThreadBoundCallbackGroup()
+    node.create_timer(PERIOD, call_log(calls), callback_group=group)
+    control = CallbackGroupThread(node, group, name='test_control', priority=50)
+    control.start()
+    deadline = time.monotonic() + 5.0
+    while len(calls) < 3 and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+    assert control.stop()
+    assert control.priority_error == 'PermissionError: [Errno 1] Operation not permitted'
+    assert len(calls) >= 3
+
+
+def test_refused_priority_is_a_reason_not_an_exception():
+    result = []
+    # Priority 0 is not a valid SCHED_FIFO priority: refused by the kernel with EINVAL.
+    thread = threading.Thread(target=lambda: result.append(set_realtime_priority(0)))
+    thread.start()
+    thread.join()
+    assert result[0].startswith('OSError')
