@@ -137,13 +137,14 @@ def test_warmup_and_infer_on_a_worker_thread():
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16', 'fp16'])
 def test_matches_lerobot_on_gpu(precision):
-    from pi0_ros.bench import identity_engine_from_policy, INSTRUCTION
+    from pi0_ros.bench import identity_engine_from_policy, INSTRUCTION, parse_args
     from pi0_ros.engine.lerobot_reference import build_lerobot_policy, lerobot_predict
     from pi0_ros.engine.lerobot_reference import make_lerobot_processors
     from pi0_ros.engine.tokenizer import build_builtin_tokenizer
 
-    class Args:
-        state_dim, action_dim, cameras, device, no_cuda_graphs = 7, 7, 3, 'cuda', False
+    # The benchmark's own defaults (a hand-made namespace missed options added later).
+    args = parse_args(['--device', 'cuda', '--state-dim', '7', '--action-dim', '7',
+                       '--cameras', '3'])
 
     policy = build_lerobot_policy(DIMS, state_dim=7, action_dim=7, num_cameras=3,
                                   device='cuda', seed=4)
@@ -151,7 +152,7 @@ def test_matches_lerobot_on_gpu(precision):
     pre, post = make_lerobot_processors(policy, build_builtin_tokenizer(), identity, identity)
     frames, state, noise = observation(12)
     expected = lerobot_predict(policy, pre, post, frames, state, INSTRUCTION, noise)
-    pi0 = identity_engine_from_policy(policy, DIMS, Args, precision)
+    pi0 = identity_engine_from_policy(policy, DIMS, args, precision)
     pi0.warmup()
     actions = pi0.infer(frames, state, INSTRUCTION, noise=noise).actions
     max_abs = np.abs(actions - expected).max()
