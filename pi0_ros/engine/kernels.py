@@ -9,8 +9,11 @@ over 51 tokens), so each layer's elementwise work is fused into three kernels:
                  (add_layer_norm: the same with the mean removed, for SigLIP)
   rope_qkv       split fused QKV, rotate Q and K (rotate-half RoPE), write K/V into the cache
   gelu_mul       gelu_tanh(gate) * up
-Every kernel computes in float32 and rounds once on store. The PyTorch versions are the
-reference the CPU path uses (and that the GPU tests compare against).
+add_rms_norm and rope_qkv also take the skinny GEMM's float32 split-K partial sums [P, M, N]
+and add them up as they read them (gemm.py). Every kernel computes in float32 and rounds once on
+store. The PyTorch versions are the reference the CPU path uses (and that the GPU tests compare
+against). On Hopper the kernels launch as programmatic dependents (use_pdl, pdl_enter): each
+waits for the previous kernel's memory before touching any, then lets the next one launch.
 """
 import functools
 import os
