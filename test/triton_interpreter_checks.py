@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import gemm, kernels
+from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import _launch, dense_mask, key_bias
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
@@ -66,6 +66,7 @@ def check_skinny_linear():
 
 
 def check_action_linear():
+    kernel_configs.ACTION_LINEAR_TRITON = True  # off by default (measured slower on the H200)
     torch.manual_seed(5)
     for rows, depth, n_out, silu in ((50, 32, 1024, True), (50, 1024, 1024, False),
                                      (100, 1024, 32, False), (7, 64, 48, True)):

@@ -220,10 +220,10 @@ class Pi0Engine:
         return pointers
 
     def _prepare_pixels(self, sizes: list) -> None:
-        """Host frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
+        """Device frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
-            start = 0  # the frames are on the device already (copied as they were staged)
+            start = 0
             for (height, width), group in itertools.groupby(sizes):
                 stop = start + len(list(group))
                 resize_frames(self._resizer, self._device_frames[start:stop], height, width,
@@ -232,9 +232,6 @@ class Pi0Engine:
             return
         for index, (height, width) in enumerate(sizes):
             frame = self._device_frames[index, :height * width * 3].view(height, width, 3)
-            if self._is_cuda:
-                frame.copy_(self._host_frames[index, :height * width * 3].view(height, width, 3),
-                            non_blocking=True)
             self._resizer.resize_into(frame, self._pixels[index])
         scale_to_signed_unit(self._pixels[:count])
 
@@ -483,7 +480,6 @@ class Pi0Engine:
         # Frames of one size next to each other: one resize launch per size on the GPU.
         pending.sort(key=lambda item: item[3].shape[:2])
         host_frames = self._host_frames.numpy()
-        fused_resize = use_triton(self._pixels)
 
         def stage(index):
             frame = pending[index][3]
@@ -496,7 +492,7 @@ class Pi0Engine:
         staged = (self._copy_pool.map(stage, range(len(pending))) if self._copy_pool
                   else map(stage, range(len(pending))))
         for index, size in enumerate(staged):
-            if fused_resize and self._is_cuda:
+            if self._is_cuda:  # on the CPU the device frames are the host frames
                 # Contiguous pinned rows: asynchronous copies, overlapping the next host copy.
                 self._device_frames[index, :size].copy_(self._host_frames[index, :size],
                                                         non_blocking=True)

@@ -230,8 +230,8 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """
     flat = x.reshape(-1, x.shape[-1])
     n_out, depth = weight.shape
-    if (kernel_configs.ACTION_LINEAR_TRITON or kernels.INTERPRET_ON_CPU) \
-            and kernels.use_triton(x) and n_out % 16 == 0 and depth % 16 == 0:
+    if (kernel_configs.ACTION_LINEAR_TRITON and kernels.use_triton(x) and n_out % 16 == 0
+            and depth % 16 == 0):
         # float32 tiles: short K steps (shared memory), narrow columns (enough programs).
         config = SkinnyConfig(block_m=64 if flat.shape[0] > 16 else 16,
                               block_n=16 if n_out >= 1024 else next(

@@ -67,6 +67,13 @@ if triton is not None:
         return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
 
     @triton.jit
+    def _load_parts(ptr, offsets, mask, part_stride, PARTS: tl.constexpr):
+        total = tl.load(ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        for part in tl.static_range(1, PARTS):
+            total += tl.load(ptr + part * part_stride + offsets, mask=mask, other=0.0)
+        return total
+
+    @triton.jit
     def _add_norm_kernel(x_ptr, residual_ptr, out_ptr, n_cols, part_stride, eps,
                          PARTS: tl.constexpr, CENTER: tl.constexpr, BLOCK: tl.constexpr,
                          USE_PDL: tl.constexpr):
@@ -75,10 +82,8 @@ if triton is not None:
         cols = tl.arange(0, BLOCK)
         inside = cols < n_cols
         x = tl.load(x_ptr + row * n_cols + cols, mask=inside, other=0.0).to(tl.float32)
-        for part in tl.static_range(PARTS):
-            x += tl.load(residual_ptr + part * part_stride + row * n_cols + cols, mask=inside,
-                         other=0.0).to(tl.float32)
         if PARTS > 0:
+            x += _load_parts(residual_ptr + row * n_cols, cols, inside, part_stride, PARTS)
             tl.store(x_ptr + row * n_cols + cols, x, mask=inside)
         if CENTER:
             x = tl.where(inside, x - tl.sum(x, axis=0) / n_cols, 0.0)
@@ -88,13 +93,6 @@ if triton is not None:
     @triton.jit
     def _rotate(x1, x2, cos, sin):
         return x1 * cos - x2 * sin, x2 * cos + x1 * sin
-
-    @triton.jit
-    def _load_parts(ptr, offsets, mask, part_stride, PARTS: tl.constexpr):
-        total = tl.load(ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        for part in tl.static_range(1, PARTS):
-            total += tl.load(ptr + part * part_stride + offsets, mask=mask, other=0.0)
-        return total
 
     @triton.jit
     def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, seq, part_stride,
