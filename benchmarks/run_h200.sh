@@ -8,7 +8,10 @@
 #   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
 #   pi0_ros/engine/kernel_configs.py. PDL_AB=1 first benchmarks batch 1 without programmatic
 #   dependent launch (bench_nopdl.log). FP8=1 also benchmarks the FP8 weight-only action expert
-#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). VARIANT='--kernel-config ...'
+#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). BATCHES (sweep), PROFILE_BATCHES
+#   (kernel tables), MEMORY_SWEEP (max_batch values whose peak memory is measured against the
+#   planner's estimate) set the benchmark's sweeps. EXPERIMENTS=1 also runs
+#   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
@@ -22,8 +25,9 @@ python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transf
 # conftest.py needs rclpy (not on the GPU machine); the engine tests need none of it.
 python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py \
   test/test_engine_kernels.py -q -s 2>&1 | tee "$OUT/gpu_tests.log"
-BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,4,8}"
+BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,3,4,6,8,12,16}"
        --iters "${ITERS:-100}" --lerobot-iters "${LEROBOT_ITERS:-20}" --check --profile
+       --profile-batches "${PROFILE_BATCHES:-1,8}" --memory-sweep "${MEMORY_SWEEP:-1,2,4,8,16}"
        --out "$OUT/bench_full")
 if [ "${PDL_AB:-0}" = 1 ]; then
   # The same engine without programmatic dependent launch, batch 1 (A/B in one run).
@@ -47,6 +51,11 @@ if [ "${FP8:-0}" = 1 ]; then
     --out /tmp/bench_fp8 2>&1 \
     | tee "$OUT/bench_fp8.log"
   cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"
+fi
+if [ "${EXPERIMENTS:-0}" = 1 ]; then
+  # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).
+  python3 benchmarks/prefix_experiments.py --json "$OUT/prefix_experiments.json" 2>&1 \
+    | tail -20
 fi
 if [ "${TUNE:-1}" = 1 ]; then
   python3 benchmarks/tune_kernels.py --json "$OUT/kernel_tuning.json" --apply-best "${BENCH[@]}" \

@@ -5,12 +5,13 @@ Time the Triton kernels' launch configurations at Pi0's shapes, inside CUDA grap
 
 Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down) at 51, 102,
 204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
-kernel). Attention: the denoising suffix (408 rows, 867 keys) and the prefix (6528 rows, 816
-keys). Every candidate is checked against a float32 reference, then timed as a CUDA graph of
-repeated calls over as many weight copies as it takes to miss the L2 cache (as the 18 layers
-do). Writes JSON (all timings and the best configurations, in kernel_configs' format); with
---apply-best, sets them in pi0_ros.engine.kernel_configs and runs the engine benchmark
-(pi0_ros.bench) with the remaining arguments in this process.
+kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
+the prefix (6528 rows, 816 keys) at batch 1 and 8. Every candidate is checked against a float32
+reference, then timed as a CUDA graph of repeated calls over as many weight copies as it takes
+to miss the L2 cache (as the 18 layers do). Writes JSON (all timings and the best
+configurations, in kernel_configs' format); with --apply-best, sets them in
+pi0_ros.engine.kernel_configs and runs the engine benchmark (pi0_ros.bench) with the remaining
+arguments in this process.
 """
 import argparse
 import itertools
@@ -26,6 +27,7 @@ from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
           'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
 ROWS = (51, 102, 204, 408)
+ATTENTION_BATCHES = {'suffix': (1, 2, 4, 8, 16), 'prefix': (1, 8)}
 L2_BYTES = 120 << 20
 
 
@@ -122,25 +124,30 @@ def attention_problem(batch, rows, prefix, suffix, dim=256, layers=18, dtype=tor
     return q, caches, attention.key_bias(key_mask, extra_keys=suffix)
 
 
-def tune_attention(kind: str) -> dict:
+def tune_attention(kind: str, batch: int) -> dict:
     if kind == 'suffix':
         heads, prefix, suffix = 8, 816, 51
         rows, state_rows, state_keys = suffix * heads, heads, prefix + 1
-        grid = itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3))
+        grid = (itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3))
+                if batch == 1 else
+                itertools.product((32, 64, 128), (32, 64), (128, 256, 512, 0), (4,), (2, 3)))
     else:
         heads, prefix, suffix = 8, 816, 0
         rows, state_rows, state_keys = prefix * heads, 0, 0
         grid = itertools.product((64, 128), (32, 64), (0, 256), (4, 8), (2, 3))
-    q, caches, bias = attention_problem(1, rows, prefix, suffix)
+    q, caches, bias = attention_problem(batch, rows, prefix, suffix)
     scale = 256 ** -0.5
     k0, v0 = caches[0]
     mask = attention.dense_mask(bias, rows, state_rows, state_keys, torch.float32)
     reference = torch.softmax(q.float() @ k0.float().transpose(1, 2) * scale + mask,
                               -1) @ v0.float()
+    # Enough layers' caches to miss the L2 cache as the 18 layers do, fewer at large batches.
+    caches = caches[:max(2, 18 // batch)]
     baseline = time_graph([lambda k=k, v=v: torch.bmm(torch.softmax(torch.baddbmm(
         attention.dense_mask(bias, rows, state_rows, state_keys, q.dtype), q,
         k.transpose(1, 2), alpha=scale), -1), v) for k, v in caches[:4]])
-    result = {'kind': kind, 'rows': rows, 'keys': prefix + suffix, 'torch_us': baseline,
+    result = {'kind': kind, 'batch': batch, 'rows': rows, 'keys': prefix + suffix,
+              'torch_us': baseline,
               'configs': []}
     for block_m, block_n, keys_per_split, warps, stages in grid:
         config = {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
@@ -156,7 +163,8 @@ def tune_attention(kind: str) -> dict:
         result['configs'].append({'config': config, 'us': micros, 'max_abs_error': error})
     valid = [c for c in result['configs'] if c['max_abs_error'] < 2e-2]
     result['best'] = min(valid, key=lambda c: c['us']) if valid else None
-    print(f'attention {kind}: torch {baseline:.2f} us, best {result["best"]}', flush=True)
+    print(f'attention {kind} batch {batch}: torch {baseline:.2f} us, best {result["best"]}',
+          flush=True)
     return result
 
 
@@ -168,8 +176,11 @@ def best_configs(gemm_results: list, attention_results: list) -> dict:
         best = result['best']
         choice = best['config'] if best and best['us'] < result['cublas_us'] else None
         skinny.setdefault(key, []).append((result['rows'], choice))
-    attention_configs = {r['kind']: r['best']['config'] for r in attention_results
-                         if r['best'] is not None}
+    attention_configs = {}
+    for result in sorted(attention_results, key=lambda r: r['batch']):
+        if result['best'] is not None:
+            attention_configs.setdefault(result['kind'], []).append(
+                (result['batch'], result['best']['config']))
     return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs}
 
 
@@ -186,7 +197,8 @@ def main(argv=None):
     args, bench_args = parser.parse_known_args(argv)
     started = time.time()
     gemm_results = [tune_gemm(name, rows) for name in EXPERT for rows in ROWS]
-    attention_results = [tune_attention(kind) for kind in ('suffix', 'prefix')]
+    attention_results = [tune_attention(kind, batch) for kind, batches in
+                         ATTENTION_BATCHES.items() for batch in batches]
     configs = best_configs(gemm_results, attention_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:

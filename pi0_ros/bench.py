@@ -18,7 +18,8 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.engine import EngineOptions, kernel_configs, ModelDims, Pi0Engine
+from pi0_ros.engine import EngineOptions, kernel_configs, memory, ModelDims, Pi0Engine
+from pi0_ros.engine.engine import resolve_device, resolve_dtype
 from pi0_ros.engine.loading import NormStats
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer
 
@@ -53,7 +54,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
     parser.add_argument('--profile', action='store_true',
-                        help='kernel-time table of one eager (no graphs) batch-1 call')
+                        help='kernel-time table of one eager (no graphs) call per batch size of '
+                             '--profile-batches (profile.txt for batch 1, profile_bN.txt)')
+    parser.add_argument('--profile-batches', default='1')
+    parser.add_argument('--memory-sweep', default='',
+                        help='comma-separated max_batch values: build each engine and compare '
+                             'its measured peak GPU memory (build, warm-up, inference, each '
+                             "stage) with the memory planner's estimate")
+    parser.add_argument('--memory-budget-gib', type=float, default=None,
+                        help='let the memory planner pick the max_batch of the sweep engine '
+                             '(the largest power-of-two bucket up to max(--batches) whose '
+                             'estimate fits)')
     parser.add_argument('--out', default='reports/bench')
     return parser.parse_args(argv)
 
@@ -149,6 +160,62 @@ def bench_engine(args, dims: ModelDims, batches: list) -> dict:
     del engine
     gc.collect()
     return report
+
+
+def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
+    """
+    Measured peak GPU memory per max_batch against the planner's estimate (CUDA only).
+
+    Per engine: bytes after build, peak during build, warm-up (graph capture) and a full-batch
+    call, and each stage's eager workspace (peak above the engine's resident memory).
+    """
+    device = torch.device('cuda' if args.device == 'auto' else args.device)
+    results = {}
+    for max_batch in max_batches:
+        gc.collect()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        options = engine_options(args, max_batch)
+        engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
+                                  num_cameras=args.cameras, options=options)
+        estimate = memory.estimate_memory(dims, args.cameras, options, engine.dtype)
+        synchronize(device)
+        resident = torch.cuda.memory_allocated(device) - base
+        entry = {'estimate_gib': estimate.as_gib(), 'resident_gib': resident / 2 ** 30,
+                 'build_peak_gib': (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30}
+        stages = {}
+        for stage, size in (('vision', max_batch * args.cameras), ('prefix', max_batch),
+                            ('denoise', max_batch)):
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            with torch.inference_mode():
+                engine._stage_function(stage, size)()
+            synchronize(device)
+            stages[stage] = (torch.cuda.max_memory_allocated(device) - before) / 2 ** 30
+        entry['stage_workspace_gib'] = stages
+        torch.cuda.reset_peak_memory_stats(device)
+        engine.warmup()
+        synchronize(device)
+        entry['warmup_peak_gib'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30
+        frames = make_frames(args, max_batch, seed=7)
+        state = np.zeros(args.state_dim, np.float32)
+        engine.infer_batch([(f, state, INSTRUCTION) for f in frames])
+        synchronize(device)
+        entry['run_peak_gib'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30
+        entry['measured_peak_gib'] = max(entry['build_peak_gib'], entry['warmup_peak_gib'],
+                                         entry['run_peak_gib'])
+        entry['estimate_over_measured'] = (estimate.total / 2 ** 30) / entry['measured_peak_gib']
+        print(f"  memory max_batch {max_batch}: measured {entry['measured_peak_gib']:.2f} GiB "
+              f"(resident {entry['resident_gib']:.2f}, stages "
+              + '/'.join(f'{v:.2f}' for v in stages.values())
+              + f"), estimate {estimate.total / 2 ** 30:.2f} GiB", flush=True)
+        results[str(max_batch)] = entry
+        engine.close()
+        del engine
+    gc.collect()
+    torch.cuda.empty_cache()
+    return results
 
 
 def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
@@ -248,24 +315,26 @@ def equivalence_check(args, dims: ModelDims) -> dict:
     return results
 
 
-def profile_kernels(args, dims: ModelDims, out: Path) -> None:
-    """torch.profiler table (CUDA time per kernel) of one eager batch-1 call."""
+def profile_kernels(args, dims: ModelDims, out: Path, batch: int = 1) -> None:
+    """torch.profiler table (CUDA time per kernel) of one eager call of `batch` observations."""
     from torch.profiler import profile, ProfilerActivity
     options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False,
-                            expert_fp8=args.fp8_expert)
+                            expert_fp8=args.fp8_expert, max_batch=batch)
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
                               num_cameras=args.cameras, options=options)
-    frames = make_frames(args, 1, seed=3)[0]
+    frames = make_frames(args, batch, seed=3)
     state = np.zeros(args.state_dim, np.float32)
+    observations = [(f, state, INSTRUCTION) for f in frames]
     for _ in range(3):
-        engine.infer(frames, state, INSTRUCTION)
+        engine.infer_batch(observations)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if engine.device.type == 'cuda' else [])
     with profile(activities=activities) as prof:
-        engine.infer(frames, state, INSTRUCTION)
+        engine.infer_batch(observations)
     sort = 'cuda_time_total' if engine.device.type == 'cuda' else 'cpu_time_total'
     table = prof.key_averages().table(sort_by=sort, row_limit=40)
-    (out / 'profile.txt').write_text(table)
+    (out / ('profile.txt' if batch == 1 else f'profile_b{batch}.txt')).write_text(table)
+    print(f'[bench] profile, batch {batch}')
     print(table[:6000])
     engine.close()
 
@@ -347,12 +416,26 @@ def main(argv=None) -> int:
                               else None}}
     print(f'[bench] engine: dims {args.dims}, batch 1 (as the node runs it)', flush=True)
     report['engine'] = bench_engine(args, dims, [1])
+    if args.memory_budget_gib is not None:
+        planned = memory.plan_max_batch(int(args.memory_budget_gib * 2 ** 30), dims,
+                                        args.cameras, engine_options(args, 1),
+                                        resolve_dtype(args.precision, resolve_device(args.device)),
+                                        limit=max(batches))
+        print(f'[bench] memory planner: max_batch {planned} fits {args.memory_budget_gib} GiB',
+              flush=True)
+        report['memory_plan'] = {'budget_gib': args.memory_budget_gib, 'max_batch': planned}
+        batches = [b for b in batches if b <= planned] or [1]
+        batches = sorted(set(batches) | {planned})
     if batches != [1]:
         print(f'[bench] engine batch sweep {batches}', flush=True)
         sweep = bench_engine(args, dims, batches)
         report['engine_sweep'] = sweep
         report['engine']['batches'].update({k: v for k, v in sweep['batches'].items()
                                             if k != '1'})
+    memory_batches = sorted({int(b) for b in args.memory_sweep.split(',') if b.strip()})
+    if memory_batches and torch.cuda.is_available() and args.device != 'cpu':
+        print(f'[bench] memory sweep, max_batch {memory_batches}', flush=True)
+        report['memory'] = memory_sweep(args, dims, memory_batches)
     if not args.skip_lerobot:
         print('[bench] LeRobot comparison (same weights)', flush=True)
         report['comparison'] = bench_lerobot(args, dims)
@@ -360,7 +443,8 @@ def main(argv=None) -> int:
         print('[bench] equivalence check vs LeRobot fp32', flush=True)
         report['check'] = equivalence_check(args, dims)
     if args.profile:
-        profile_kernels(args, dims, out)
+        for batch in sorted({int(b) for b in args.profile_batches.split(',') if b.strip()}):
+            profile_kernels(args, dims, out, batch)
     report['plots'] = [str(p) for p in plot(report, out)]
     with open(out / 'bench.json', 'w', encoding='utf-8') as stream:
         json.dump(report, stream, indent=1)

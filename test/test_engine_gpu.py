@@ -162,3 +162,41 @@ def test_matches_lerobot_on_gpu(precision):
         assert max_abs / np.abs(expected).max() <= 1e-4
     else:
         assert cos >= 0.999
+
+
+def test_linear_gelu_epilogue_is_the_tanh_gelu():
+    from pi0_ros.engine.model import linear_gelu_tanh
+    torch.backends.cuda.matmul.allow_tf32 = False
+    generator = torch.Generator(device='cuda').manual_seed(0)
+    x = torch.randn(300, 96, device='cuda', generator=generator)
+    weight = torch.randn(200, 96, device='cuda', generator=generator) * 0.2
+    bias = torch.randn(200, device='cuda', generator=generator)
+    product = torch.nn.functional.linear(x, weight, bias)
+    fused = linear_gelu_tanh(x, weight, bias)
+    tanh_form = torch.nn.functional.gelu(product, approximate='tanh')
+    assert (fused - tanh_form).abs().max().item() < 1e-4
+    assert (fused - torch.nn.functional.gelu(product)).abs().max().item() > 1e-4
+
+
+def test_memory_estimate_covers_the_measured_peak():
+    from pi0_ros.engine.memory import estimate_memory
+    full = ModelDims.full()
+    device = torch.device('cuda')
+    for max_batch in (1, 4):
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        options = EngineOptions(device='cuda', precision='bf16', max_batch=max_batch)
+        engine = Pi0Engine.random(full, state_dim=7, action_dim=7, num_cameras=3,
+                                  options=options)
+        engine.warmup()
+        rng = np.random.default_rng(0)
+        frames = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)]
+        engine.infer_batch([(frames, np.zeros(7, np.float32), 'pick')] * max_batch)
+        torch.cuda.synchronize(device)
+        measured = torch.cuda.max_memory_allocated(device) - base
+        estimate = estimate_memory(full, 3, options, engine.dtype).total
+        engine.close()
+        del engine
+        # The planner never promises less than the engine takes, and wastes under 10 %.
+        assert measured <= estimate <= 1.10 * measured, (max_batch, measured, estimate)

@@ -9,7 +9,7 @@ The mask is never materialized: a key is visible when its additive bias is 0 (pa
 instruction is -inf) and, for the first `state_rows` rows (the state token's heads), when it
 lies before `state_keys` (the state token sees the prefix and itself, not the actions).
 
-Two launch shapes (kernel_configs.ATTENTION):
+Two launch shapes (kernel_configs.ATTENTION, per batch size):
   suffix  the 408 denoising rows: keys split over programs (flash-decoding), each keeps a
           float32 online softmax, a second kernel merges the splits
   prefix  thousands of rows: one pass over the keys per program, normalized output written
@@ -145,9 +145,9 @@ def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)
         # Softmax accumulates in float32 internally and rounds once to the query dtype.
         return torch.bmm(torch.softmax(scores, dim=-1), values)
+    shape = shape or ('suffix' if queries.shape[1] <= 1024 else 'prefix')
     return _launch(queries, keys, values, bias, scale, state_rows, state_keys,
-                   kernel_configs.ATTENTION[shape or ('suffix' if queries.shape[1] <= 1024
-                                                      else 'prefix')])
+                   kernel_configs.attention_config(shape, queries.shape[0]))
 
 
 def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):

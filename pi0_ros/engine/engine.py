@@ -48,6 +48,31 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
+def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_frame_height: int,
+                         max_frame_width: int, dtype: torch.dtype) -> dict:
+    """
+    {attribute: (shape, dtype)} of every device buffer whose size grows with max_batch.
+
+    Pi0Engine allocates exactly these (and the memory planner counts them).
+    """
+    d, cams = dims, num_cameras
+    prefix_length = cams * d.tokens_per_image + d.tokenizer_max_length
+    cache = ((d.expert_depth, max_batch, d.num_kv_heads, prefix_length + d.chunk_size + 1,
+              d.head_dim), dtype)
+    chunk = ((max_batch, d.chunk_size, d.max_action_dim), torch.float32)
+    return {
+        '_device_frames': ((max_batch * cams, max_frame_height * max_frame_width * 3),
+                           torch.uint8),
+        '_pixels': ((max_batch * cams, 3, d.image_size, d.image_size), torch.float32),
+        '_vision_out': ((max_batch * cams, d.tokens_per_image, d.prefix_width), dtype),
+        '_prefix_embeds': ((max_batch, prefix_length, d.prefix_width), dtype),
+        '_tokens': ((max_batch, d.tokenizer_max_length), torch.int64),
+        '_key_mask': ((max_batch, 1, 1, prefix_length), torch.bool),
+        '_prefix_valid': ((max_batch,), torch.int64),
+        '_state': ((max_batch, d.max_state_dim), torch.float32),
+        '_noise': chunk, '_chunk': chunk, '_cache_k': cache, '_cache_v': cache}
+
+
 def batch_buckets(max_batch: int) -> list:
     """Return the static batch sizes: powers of two below max_batch, and max_batch."""
     buckets = []
@@ -167,39 +192,29 @@ class Pi0Engine:
         """Every buffer inference touches, sized for max_batch and the largest frame."""
         d, o, dev = self.dims, self.options, self.device
         max_b, cams = o.max_batch, self.num_cameras
-        frame_bytes = o.max_frame_height * o.max_frame_width * 3
         pin = self._is_cuda
-        self._host_frames = torch.zeros(max_b * cams, frame_bytes, dtype=torch.uint8,
+        shapes = device_buffer_shapes(d, cams, max_b, o.max_frame_height, o.max_frame_width,
+                                      self.dtype)
+        for name, (shape, dtype) in shapes.items():
+            if name == '_device_frames' and not pin:
+                continue  # on the CPU the device frames are the host frames
+            setattr(self, name, torch.zeros(shape, dtype=dtype, device=dev))
+        self._host_frames = torch.zeros(shapes['_device_frames'][0], dtype=torch.uint8,
                                         pin_memory=pin)
-        self._device_frames = (torch.zeros_like(self._host_frames, device=dev) if pin
-                               else self._host_frames)
+        if not pin:
+            self._device_frames = self._host_frames
+        self._key_mask.fill_(True)
+        self._prefix_valid.fill_(self._prefix_length)
         self._resizer = FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev)
-        self._pixels = torch.zeros(max_b * cams, 3, d.image_size, d.image_size, device=dev)
-        self._vision_out = torch.zeros(max_b * cams, d.tokens_per_image, d.prefix_width,
-                                       dtype=self.dtype, device=dev)
-        self._prefix_embeds = torch.zeros(max_b, self._prefix_length, d.prefix_width,
-                                          dtype=self.dtype, device=dev)
         self._host_tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64,
                                         pin_memory=pin)
         self._host_token_mask = torch.ones(max_b, d.tokenizer_max_length, dtype=torch.bool,
                                            pin_memory=pin)
         self._host_prefix_valid = torch.full((max_b,), self._prefix_length, dtype=torch.int64,
                                              pin_memory=pin)
-        self._tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64, device=dev)
-        self._key_mask = torch.ones(max_b, 1, 1, self._prefix_length, dtype=torch.bool,
-                                    device=dev)
-        self._prefix_valid = torch.full((max_b,), self._prefix_length, dtype=torch.int64,
-                                        device=dev)
         self._host_state = torch.zeros(max_b, d.max_state_dim, dtype=torch.float32,
                                        pin_memory=pin)
-        self._state = torch.zeros(max_b, d.max_state_dim, device=dev)
         self._host_noise = torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=pin)
-        self._noise = torch.zeros(max_b, d.chunk_size, d.max_action_dim, device=dev)
-        cache_shape = (d.expert_depth, max_b, d.num_kv_heads,
-                       self._prefix_length + d.chunk_size + 1, d.head_dim)
-        self._cache_k = torch.zeros(cache_shape, dtype=self.dtype, device=dev)
-        self._cache_v = torch.zeros(cache_shape, dtype=self.dtype, device=dev)
-        self._chunk = torch.zeros(max_b, d.chunk_size, d.max_action_dim, device=dev)
         self._host_chunk = (torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=True)
                             if pin else self._chunk)
         self._generator = torch.Generator(device=dev)
@@ -552,4 +567,5 @@ class Pi0Engine:
                 for slot in range(batch)]
 
 
-__all__ = ['Pi0Engine', 'batch_buckets', 'resolve_device', 'resolve_dtype']
+__all__ = ['Pi0Engine', 'batch_buckets', 'device_buffer_shapes', 'resolve_device',
+           'resolve_dtype']

@@ -31,16 +31,17 @@ def _skinny(block_m, block_n, block_k, split_k, num_warps, num_stages) -> dict:
 # count is used; None (or no entry covering the rows) means cuBLAS was faster. A shape not
 # listed gets gemm.heuristic_config. split_k > 1 writes float32 partial sums that the next
 # fused kernel adds up.
-# H200, bf16, run 7 (benchmarks/h200_full/kernel_tuning.json); rows = 51 x batch.
+# H200, bf16, run 10 (benchmarks/h200_full/kernel_tuning.json); rows = 51 x batch.
 SKINNY_LINEAR = {
-    (2560, 1024, False): [(51, _skinny(64, 32, 64, 4, 4, 4)), (408, None)],       # qkv
+    (2560, 1024, False): [(51, _skinny(64, 32, 64, 4, 4, 3)),                     # qkv
+                          (102, _skinny(128, 64, 64, 2, 8, 4)), (408, None)],
     (1024, 2048, False): [(51, _skinny(64, 64, 64, 8, 4, 4)),                     # o
                           (102, _skinny(64, 64, 128, 4, 4, 4)),
-                          (204, _skinny(64, 64, 64, 4, 4, 4)), (408, None)],
+                          (204, _skinny(128, 64, 64, 4, 8, 4)), (408, None)],
     (4096, 1024, True): [(51, _skinny(64, 32, 128, 1, 4, 4)),                     # gate_up
                          (102, _skinny(64, 64, 64, 1, 4, 4)), (408, None)],
     (1024, 4096, False): [(51, _skinny(64, 64, 128, 8, 4, 4)),                    # down
-                          (102, _skinny(64, 64, 64, 8, 4, 4)),
+                          (102, _skinny(128, 64, 64, 8, 8, 4)),
                           (204, _skinny(128, 64, 128, 4, 8, 4)),
                           (408, _skinny(128, 64, 128, 2, 8, 4))],
 }
@@ -48,11 +49,27 @@ SKINNY_LINEAR = {
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 
+
+def _attention(block_m, block_n, keys_per_split, num_warps, num_stages) -> dict:
+    return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
+            'num_warps': num_warps, 'num_stages': num_stages}
+
+
 # Attention over one KV head: 'suffix' (the denoising tokens: few rows, keys split across
-# programs, then merged) and 'prefix' (thousands of rows, one pass over the keys).
+# programs, then merged) and 'prefix' (thousands of rows, one pass over the keys), each as
+# [(max_batch, config), ...] in increasing max_batch: the first entry that covers the batch is
+# used, the last one beyond it. keys_per_split 0 = no split. With more observations in a batch
+# there are more programs per key, so fewer, longer splits pay (fewer float32 partials to merge).
+# H200, bf16, run 10 (benchmarks/h200_full/kernel_tuning.json).
 ATTENTION = {
-    'suffix': {'block_m': 64, 'block_n': 32, 'keys_per_split': 64, 'num_warps': 4,
-               'num_stages': 2},
-    'prefix': {'block_m': 64, 'block_n': 64, 'keys_per_split': 0, 'num_warps': 4,
-               'num_stages': 2},
+    'suffix': [(1, _attention(32, 64, 128, 4, 2)), (2, _attention(64, 64, 128, 4, 2)),
+               (4, _attention(64, 64, 256, 4, 2)), (8, _attention(64, 32, 256, 4, 2)),
+               (16, _attention(64, 32, 0, 4, 3))],
+    'prefix': [(1, _attention(64, 64, 0, 4, 2)), (16, _attention(128, 64, 0, 8, 2))],
 }
+
+
+def attention_config(shape: str, batch: int) -> dict:
+    """Return the ATTENTION launch configuration of one shape for a batch size."""
+    table = ATTENTION[shape]
+    return next((config for max_batch, config in table if batch <= max_batch), table[-1][1])

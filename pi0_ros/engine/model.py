@@ -279,6 +279,19 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
         rope_cos=rope_cos, rope_sin=rope_sin)
 
 
+def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """
+    Return gelu_tanh(x @ weight^T + bias) for x [M, K].
+
+    On CUDA one cuBLASLt call with the bias + GELU epilogue (cuBLASLt's GELU is the tanh
+    approximation SigLIP uses); PyTorch's CPU version of that call uses the erf form, so the CPU
+    runs the two steps.
+    """
+    if x.is_cuda:
+        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
+    return F.gelu(F.linear(x, weight, bias), approximate='tanh')
+
+
 def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
                    out: torch.Tensor) -> None:
     """Run SigLIP + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,width]."""
@@ -293,13 +306,17 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     pending = None
     for layer in w.vision_layers:
         kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
+        del pending
         qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
         q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
+        del qkv, q, key, val
         kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
                                dims.layer_norm_eps)
-        hidden = F.gelu(F.linear(normed, layer.fc1_w, layer.fc1_b), approximate='tanh')
+        del a
+        hidden = linear_gelu_tanh(normed, layer.fc1_w, layer.fc1_b)
         pending = F.linear(hidden, layer.fc2_w, layer.fc2_b)
+        del hidden
     kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
     out.copy_(F.linear(normed, w.projector_w, w.projector_b).view(k, n, -1))
 
@@ -325,9 +342,13 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     stream = x.view(rows, width)
     normed = torch.empty(rows, width, dtype=dtype, device=x.device)
     queries = torch.empty(rows, heads * hd, dtype=dtype, device=x.device)
+    # Temporaries are released as soon as they are consumed (del): the peak of this stack is
+    # the MLP's gate/up output plus its GELU product, which sets the memory a batch needs
+    # (pi0_ros.engine.memory models exactly this).
     pending = None
     for index, layer in enumerate(layers):
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
+        del pending
         qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
@@ -335,15 +356,19 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             kernels.rope_qkv(qkv, cos, sin, None, keys, values, 0, hd)
             return
         kernels.rope_qkv(qkv, cos, sin, queries, keys, values, heads, hd)
+        del qkv
         # One KV head: fold the query heads into the query sequence (row = token * heads + h).
         attended = attention(queries.view(b, seq * heads, hd),
                              cache_k[index, :b, 0, :start + seq],
                              cache_v[index, :b, 0, :start + seq], bias, hd ** -0.5,
                              state_rows=heads if state_keys else 0, state_keys=state_keys)
-        kernels.add_rms_norm(stream, gemm.linear(attended.view(rows, heads * hd), layer.out_w),
-                             normed, dims.rms_norm_eps)
+        projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w)
+        del attended
+        kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
+        del projected
         hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
         pending = gemm.linear(hidden, layer.down_w)
+        del hidden
     if final_out is not None:
         kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
     elif pending is not None:

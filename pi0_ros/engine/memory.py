@@ -1,0 +1,172 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+GPU memory of a Pi0Engine before it is built, and the largest batch bucket a budget allows.
+
+The estimate has four parts:
+  weights    the fused weights, counted by building them on PyTorch's meta device (exact)
+  buffers    the per-batch device buffers the engine preallocates (exact, the same table
+             Pi0Engine allocates from: engine.device_buffer_shapes)
+  workspace  the largest set of activations alive at once inside one stage (vision, prefix or
+             denoise) at the largest bucket, counted from the stage code's tensors
+  fixed      frame-resize scratch and the cuBLAS workspaces
+Memory is what PyTorch's allocator hands out (torch.cuda.max_memory_allocated), not the CUDA
+context, which every process on the GPU pays once.
+"""
+from dataclasses import asdict, dataclass
+import math
+
+import torch
+
+from pi0_ros.engine import kernel_configs
+from pi0_ros.engine.config import EngineOptions, ModelDims
+from pi0_ros.engine.engine import batch_buckets, device_buffer_shapes
+from pi0_ros.engine.errors import EngineError
+from pi0_ros.engine.model import build_weights, lerobot_parameter_shapes
+
+GIB = 2 ** 30
+# cuBLAS / cuBLASLt workspaces (PyTorch allocates them through its caching allocator).
+CUBLAS_WORKSPACE_BYTES = 64 << 20
+# Denoiser split-K and attention partial sums: upper bounds of kernel_configs' splits.
+MAX_GEMM_SPLITS = 8
+MAX_ATTENTION_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Estimated GPU memory of one engine, in bytes."""
+
+    weights: int
+    buffers: int
+    workspace: int
+    fixed: int
+
+    @property
+    def total(self) -> int:
+        """Return the sum of the parts."""
+        return self.weights + self.buffers + self.workspace + self.fixed
+
+    def as_gib(self) -> dict:
+        """Return the parts and the total in GiB (for reports)."""
+        parts = {name: value / GIB for name, value in asdict(self).items()}
+        parts['total'] = self.total / GIB
+        return parts
+
+
+def _nbytes(shape, dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def weight_bytes(dims: ModelDims, num_cameras: int, dtype: torch.dtype,
+                 expert_fp8: bool = False) -> int:
+    """Bytes of the fused weights, built on the meta device (no memory used)."""
+    shapes = lerobot_parameter_shapes(dims)
+    prefix_length = num_cameras * dims.tokens_per_image + dims.tokenizer_max_length
+    weights = build_weights(lambda key: torch.empty(shapes[key], device='meta'), dims, dtype,
+                            torch.device('meta'), prefix_length, expert_fp8=expert_fp8)
+    return sum(t.numel() * t.element_size() for t in weights.tensors())
+
+
+def buffer_bytes(dims: ModelDims, num_cameras: int, options: EngineOptions,
+                 dtype: torch.dtype) -> int:
+    """Bytes of the preallocated per-batch device buffers."""
+    shapes = device_buffer_shapes(dims, num_cameras, options.max_batch,
+                                  options.max_frame_height, options.max_frame_width, dtype)
+    return sum(_nbytes(shape, dt) for shape, dt in shapes.values())
+
+
+def _gemma_layer_peak(rows: int, width: int, mlp: int, heads: int, head_dim: int,
+                      half: int) -> int:
+    """
+    Bytes one layer of model._gemma_stack holds beyond the stack's own buffers.
+
+    Its temporaries in order (each released once consumed): fused QKV; attention output and
+    its projection; gate/up and GELU(gate) * up; the down projection. With the skinny GEMM
+    (few rows) projections are float32 split-K partial sums instead, and GELU * up is fused.
+    """
+    if rows > kernel_configs.SKINNY_LINEAR_MAX_ROWS:  # cuBLAS: outputs in the compute dtype
+        return rows * half * max((heads + 2) * head_dim, heads * head_dim + width, 3 * mlp,
+                                 mlp + width)
+    f32, splits = 4, MAX_GEMM_SPLITS
+    return rows * max(splits * (heads + 2) * head_dim * f32,
+                      heads * head_dim * half + splits * width * f32,
+                      mlp * half + splits * width * f32)
+
+
+def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.dtype) -> int:
+    """Largest set of temporaries one stage holds at once for `batch` observations."""
+    d = dims
+    half = torch.empty((), dtype=dtype).element_size()
+    f32 = 4
+    # Vision (model.vision_forward): every camera image of the batch at once. The float32
+    # residual stream and the normalized copy live throughout; per layer QKV, the attention
+    # output and its token-major copy, then fc1 + GELU (one cuBLASLt call) and fc2.
+    tokens = batch * num_cameras * d.tokens_per_image
+    w, m = d.vision_width, d.vision_mlp_dim
+    embed = tokens * w * (half + 2 * f32)  # patch conv, its float32 copy, + positions
+    layer = tokens * half * (w + max(5 * w, m + w))  # the last fc2 output + the largest step
+    vision = tokens * w * (f32 + half) + max(embed, layer, tokens * d.prefix_width * half)
+    # Prefix (model.prefix_forward): float32 stream, normalized copy, queries, RoPE tables.
+    length = num_cameras * d.tokens_per_image + d.tokenizer_max_length
+    hd = d.head_dim
+    rows = batch * length
+    prefix = (rows * (d.prefix_width * (f32 + half) + d.prefix_heads * hd * half + hd * f32)
+              + batch * length * f32
+              + _gemma_layer_peak(rows, d.prefix_width, d.prefix_mlp_dim, d.prefix_heads, hd,
+                                  half))
+    # Denoise (model.denoise_forward): the same per layer over the suffix, plus the Euler
+    # state, the expert's float32 output and attention's split partial sums.
+    rows = batch * (d.chunk_size + 1)
+    attention_partials = MAX_ATTENTION_SPLITS * rows * d.expert_heads * (hd + 2) * f32
+    denoise = (rows * (d.expert_width * (3 * f32 + half) + d.expert_heads * hd * half
+                       + hd * f32 + 4 * d.max_action_dim * f32)
+               + batch * (length + d.chunk_size + 1) * f32 + attention_partials
+               + _gemma_layer_peak(rows, d.expert_width, d.expert_mlp_dim, d.expert_heads, hd,
+                                   half))
+    return max(vision, prefix, denoise)
+
+
+def fixed_bytes(options: EngineOptions, dims: ModelDims) -> int:
+    """Frame-resize scratch and the cuBLAS workspaces (independent of the batch)."""
+    size = dims.image_size
+    resize = 2 * options.max_frame_height * size * 3 * (1 + 4) + 2 * size * size * 3 * 4
+    return resize + CUBLAS_WORKSPACE_BYTES
+
+
+def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
+                    dtype: torch.dtype) -> MemoryEstimate:
+    """Estimate the GPU memory of an engine built with these options (largest bucket used)."""
+    largest = batch_buckets(options.max_batch)[-1]
+    return MemoryEstimate(
+        weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8),
+        buffers=buffer_bytes(dims, num_cameras, options, dtype),
+        workspace=workspace_bytes(dims, num_cameras, largest, dtype),
+        fixed=fixed_bytes(options, dims))
+
+
+def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
+                   options: EngineOptions, dtype: torch.dtype, limit: int = 64) -> int:
+    """
+    Return the largest max_batch (a power of two up to limit) whose estimate fits the budget.
+
+    Raises EngineError when even batch 1 does not fit (the message gives the estimate).
+    """
+    best = None
+    size = 1
+    while size <= limit:
+        candidate = EngineOptions(**{**asdict(options), 'max_batch': size})
+        estimate = estimate_memory(dims, num_cameras, candidate, dtype)
+        if estimate.total > budget_bytes:
+            break
+        best = size
+        size *= 2
+    if best is None:
+        needed = estimate_memory(dims, num_cameras,
+                                 EngineOptions(**{**asdict(options), 'max_batch': 1}), dtype)
+        raise EngineError(f'a memory budget of {budget_bytes / GIB:.2f} GiB does not fit batch 1 '
+                          f'(estimated {needed.total / GIB:.2f} GiB)')
+    return best
+
+
+__all__ = ['MemoryEstimate', 'estimate_memory', 'plan_max_batch', 'weight_bytes',
+           'buffer_bytes', 'workspace_bytes', 'fixed_bytes']

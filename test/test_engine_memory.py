@@ -1,0 +1,67 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The memory planner: exact weight and buffer counts, the workspace model, bucket choice."""
+import numpy as np
+import pytest
+import torch
+
+from pi0_ros.engine import EngineError, EngineOptions, ModelDims, Pi0Engine
+from pi0_ros.engine.engine import device_buffer_shapes
+from pi0_ros.engine.memory import (buffer_bytes, estimate_memory, GIB, plan_max_batch,
+                                   weight_bytes, workspace_bytes)
+
+TINY = ModelDims.tiny()
+FULL = ModelDims.full()
+
+
+def test_weight_bytes_match_a_built_engine():
+    options = EngineOptions(device='cpu', max_batch=3, max_frame_height=240,
+                            max_frame_width=320)
+    engine = Pi0Engine.random(TINY, state_dim=6, action_dim=5, num_cameras=2, options=options)
+    built = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
+    assert weight_bytes(TINY, 2, torch.float32) == built
+    shapes = device_buffer_shapes(TINY, 2, 3, 240, 320, torch.float32)
+    held = sum(getattr(engine, name).numel() * getattr(engine, name).element_size()
+               for name in shapes)
+    assert buffer_bytes(TINY, 2, options, torch.float32) == held
+    engine.close()
+
+
+def test_full_model_weights_and_fp8_expert():
+    bf16 = weight_bytes(FULL, 3, torch.bfloat16)
+    # Pi0 is ~3.1 B parameters in half precision (the last prefix layer keeps only K/V).
+    assert 5.7 * GIB < bf16 < 6.0 * GIB
+    fp8 = weight_bytes(FULL, 3, torch.bfloat16, expert_fp8=True)
+    expert = FULL.expert_depth * (FULL.expert_width * (FULL.expert_heads + 2) * FULL.head_dim
+                                  + FULL.expert_heads * FULL.head_dim * FULL.expert_width
+                                  + 3 * FULL.expert_width * FULL.expert_mlp_dim)
+    scales = FULL.expert_depth * 4 * ((FULL.expert_heads + 2) * FULL.head_dim
+                                      + FULL.expert_width + 2 * FULL.expert_mlp_dim
+                                      + FULL.expert_width)
+    assert bf16 - fp8 == expert - scales  # one byte saved per expert weight, scales added
+
+
+def test_workspace_is_linear_in_the_batch_and_dominated_by_the_prefix_mlp():
+    one = workspace_bytes(FULL, 3, 1, torch.bfloat16)
+    assert workspace_bytes(FULL, 3, 4, torch.bfloat16) == 4 * one
+    gate_up = (3 * 256 + 48) * 2 * FULL.prefix_mlp_dim * 2
+    assert gate_up < one < 3 * gate_up
+
+
+def test_plan_picks_the_largest_fitting_bucket():
+    options = EngineOptions(max_batch=1)
+    totals = {b: estimate_memory(FULL, 3, EngineOptions(max_batch=b), torch.bfloat16).total
+              for b in (1, 2, 4, 8)}
+    assert totals[1] < totals[2] < totals[4] < totals[8]
+    assert plan_max_batch(totals[4], FULL, 3, options, torch.bfloat16) == 4
+    assert plan_max_batch(totals[4] - 1, FULL, 3, options, torch.bfloat16) == 2
+    assert plan_max_batch(totals[8] * 10, FULL, 3, options, torch.bfloat16, limit=8) == 8
+    with pytest.raises(EngineError, match='does not fit batch 1'):
+        plan_max_batch(totals[1] - 1, FULL, 3, options, torch.bfloat16)
+
+
+def test_estimate_reports_parts_in_gib():
+    estimate = estimate_memory(FULL, 3, EngineOptions(max_batch=2), torch.bfloat16)
+    parts = estimate.as_gib()
+    assert set(parts) == {'weights', 'buffers', 'workspace', 'fixed', 'total'}
+    assert np.isclose(parts['total'], sum(v for k, v in parts.items() if k != 'total'))
