@@ -155,6 +155,8 @@ def bench_engine(args, dims: ModelDims, batches: list) -> dict:
     if engine.device.type == 'cuda':
         report['peak_memory_gib'] = (torch.cuda.max_memory_allocated(engine.device) - base) \
             / 2 ** 30
+        report['memory_estimate_gib'] = memory.estimate_memory(
+            dims, args.cameras, engine.options, engine.dtype).as_gib()['total']
     report['stats'] = engine.stats
     engine.close()
     del engine
@@ -451,7 +453,8 @@ def main(argv=None) -> int:
     engine = report['engine']
     print(f"\nPi0Engine {args.dims} {engine['dtype']} on {engine['device']}: startup "
           f"{engine['startup_s']:.1f} s (build {engine['build_s']:.1f} s, warmup "
-          f"{engine['warmup_s']:.1f} s)" + (f", peak {engine['peak_memory_gib']:.2f} GiB"
+          f"{engine['warmup_s']:.1f} s)" + (f", peak {engine['peak_memory_gib']:.2f} GiB "
+                                            f"(planner {engine['memory_estimate_gib']:.2f})"
                                             if 'peak_memory_gib' in engine else ''))
     if 'engine_sweep' in report:
         sweep = report['engine_sweep']

@@ -135,6 +135,7 @@ class Pi0Engine:
         self._use_graphs = self._is_cuda and options.cuda_graphs
         self._graphs = {}
         self._graph_pool = None
+        self._capture_stream = None
         self._graph_thread = None
         self._buckets = batch_buckets(options.max_batch)
         self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0}
@@ -283,7 +284,10 @@ class Pi0Engine:
         function = self._stage_function(stage, size)
         if self._graph_pool is None:
             self._graph_pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream(device=self.device)
+            # One side stream for every capture: cuBLAS keeps a workspace per stream it has
+            # run on, so a fresh stream per capture would pin one more workspace each time.
+            self._capture_stream = torch.cuda.Stream(device=self.device)
+        side = self._capture_stream
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(2):
@@ -355,6 +359,7 @@ class Pi0Engine:
             self._closed = True
             self._graphs.clear()
             self._graph_pool = None
+            self._capture_stream = None
             for name in [n for n, v in vars(self).items() if isinstance(v, torch.Tensor)]:
                 setattr(self, name, None)
             self.weights = None

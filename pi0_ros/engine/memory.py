@@ -25,8 +25,9 @@ from pi0_ros.engine.errors import EngineError
 from pi0_ros.engine.model import build_weights, lerobot_parameter_shapes
 
 GIB = 2 ** 30
-# cuBLAS / cuBLASLt workspaces (PyTorch allocates them through its caching allocator).
-CUBLAS_WORKSPACE_BYTES = 64 << 20
+# cuBLAS / cuBLASLt workspaces, which PyTorch allocates through its caching allocator, one per
+# stream the engine runs on (the caller's stream and the engine's capture stream).
+CUBLAS_WORKSPACE_BYTES = 128 << 20
 # Denoiser split-K and attention partial sums: upper bounds of kernel_configs' splits.
 MAX_GEMM_SPLITS = 8
 MAX_ATTENTION_SPLITS = 16
