@@ -9,6 +9,7 @@ interpolates them at an observation's stamp. Both are thread-safe (one internal 
 subscription callbacks of a multi-threaded executor may call them directly.
 """
 import bisect
+from collections import deque
 from dataclasses import dataclass
 import math
 import threading
@@ -35,24 +36,47 @@ class MatchedSet:
 
 class ApproximateTimeSync:
     """
-    Approximate-time synchroniser over num_inputs inputs.
+    Approximate-time synchroniser over num_inputs inputs, with message_filters' guarantees.
 
-    Each input keeps up to queue_size messages sorted by stamp (arrival order does not matter;
-    the oldest is dropped when a queue overflows). When a message arrives, add() looks for the set
-    containing it with the smallest skew (ties: the newest set) among the queued messages of the
-    other inputs; if its skew is at most max_skew, the set is returned at once, and the messages
-    of the set and every older queued message are dropped. A message that is not newer than the
-    last one its input contributed to a set is dropped on arrival (a set never goes back in
-    time, so the reference stamps of successive sets strictly increase).
+    A set is one queued message per input whose stamps lie within max_skew (skew: newest - oldest
+    stamp of the set). As in message_filters' ApproximateTime policy:
+    - each message is in at most one set, so one published message never gives two sets;
+    - a set is emitted only when no message still to come can form a set of smaller skew with a
+      message the set would consume (its own, or an older queued one); the candidate is the
+      queued set of least skew (ties: the older);
+    - when a set is emitted, its messages and every older queued message are dropped; newer
+      ones stay queued, and a message not newer than the last one its input gave to a set is
+      dropped on arrival (on every input, successive sets go forward in time).
 
-    Unlike message_filters, which may wait for a later message to be sure a set is optimal, this
-    emits as soon as a set within max_skew exists: for a controller the freshest observation
-    matters more than the last millisecond of skew. A stalled input simply yields no sets; the
-    other queues keep their newest queue_size messages, and sets resume when it does.
+    What may still come: each input's messages are taken to arrive in stamp order (one publisher
+    per topic; DDS keeps a writer's order), so the next one is at least the input's shortest recent
+    interval between stamps after its newest (message_filters takes that bound as a setting,
+    inter-message lower bound; here it is measured, over the last INTERVAL_WINDOW intervals,
+    0 until two have arrived). A set is final when, for every input j,
+    newest_j + interval_j - (the newest stamp of the set on the other inputs) >= skew.
 
-    Counters: matched (sets emitted), dropped (messages discarded without being in a set),
-    last_skew (skew of the last set, None before the first).
+    What that means for cameras: the frames of one publication (skew under half the frame
+    interval) form a set as soon as the last of them arrives. A set that would combine
+    frames of two publications (skew near the frame interval, possible whenever max_skew exceeds
+    it) is held until the late frame could no longer come; when it does come, the publication's
+    own set wins and the stale frame is dropped. One published camera set therefore gives at most
+    one set, and never a mixed one while its own frames are on the way. The price is paid only
+    where the stamps cannot prove a set: the first set, before the intervals are known, and sets
+    wider than half the interval (free-running cameras far out of phase) wait for the next
+    message of the inputs that could still improve them, at most about one frame interval, as in
+    message_filters. A message that arrives out of stamp order is still matched where it can be.
+    A stalled input simply yields no sets; the other queues keep their newest queue_size
+    messages, and sets resume when it does.
+
+    add() returns the newest set it could emit (if a message completes two sets at once, the
+    older one's messages count as dropped). Counters: matched (sets returned), dropped
+    (messages discarded without being in a returned set), last_skew (skew of the last set, None
+    before the first).
     """
+
+    INTERVAL_WINDOW = 50
+    # Slack for float stamps when comparing intervals with skews, s (stamps are nanoseconds).
+    _TOLERANCE = 1e-9
 
     def __init__(self, num_inputs: int, queue_size: int = 10, max_skew: float = 0.05):
         if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
@@ -69,11 +93,14 @@ class ApproximateTimeSync:
         self.clear()
 
     def clear(self) -> None:
-        """Empty the queues and reset the counters."""
+        """Empty the queues, forget the intervals and reset the counters."""
         with self._lock:
             self._stamps: list[list[float]] = [[] for _ in range(self.num_inputs)]
             self._items: list[list[Any]] = [[] for _ in range(self.num_inputs)]
             self._last_used = [-math.inf] * self.num_inputs
+            self._newest = [-math.inf] * self.num_inputs
+            self._intervals = [deque(maxlen=self.INTERVAL_WINDOW)
+                               for _ in range(self.num_inputs)]
             self.matched = 0
             self.dropped = 0
             self.last_skew: float | None = None
@@ -83,7 +110,7 @@ class ApproximateTimeSync:
         return len(self._stamps[index])
 
     def add(self, index: int, stamp: float, item: Any) -> MatchedSet | None:
-        """Queue a message of input `index`; return the set it completes, if any."""
+        """Queue a message of input `index`; return the newest set that became final, if any."""
         if not 0 <= index < self.num_inputs:
             raise IndexError(f'input index {index} out of range 0..{self.num_inputs - 1}')
         stamp = float(stamp)
@@ -91,6 +118,10 @@ class ApproximateTimeSync:
             if not math.isfinite(stamp) or stamp <= self._last_used[index]:
                 self.dropped += 1
                 return None
+            if stamp > self._newest[index]:
+                if math.isfinite(self._newest[index]):
+                    self._intervals[index].append(stamp - self._newest[index])
+                self._newest[index] = stamp
             stamps, items = self._stamps[index], self._items[index]
             position = bisect.bisect_left(stamps, stamp)
             if position < len(stamps) and stamps[position] == stamp:
@@ -104,39 +135,48 @@ class ApproximateTimeSync:
                     self.dropped += 1
                     if position == 0:
                         return None
-            if any(not queue for queue in self._stamps):
-                return None
-            chosen = self._best_set(index, stamp)
-            if chosen is None:
-                return None
-            return self._emit(chosen)
-
-    def _best_set(self, pivot_input: int, pivot: float) -> list[int] | None:
-        """Return per-input queue positions of the least-skew set containing the pivot."""
-        others = [i for i in range(self.num_inputs) if i != pivot_input]
-        lower_bounds = {pivot}
-        for i in others:
-            stamps = self._stamps[i]
-            first = bisect.bisect_left(stamps, pivot - self.max_skew)
-            last = bisect.bisect_right(stamps, pivot)
-            lower_bounds.update(stamps[first:last])
-        best, best_key = None, None
-        for lower in sorted(lower_bounds):
-            positions = [0] * self.num_inputs
-            positions[pivot_input] = bisect.bisect_left(self._stamps[pivot_input], pivot)
-            newest, oldest = pivot, pivot
-            for i in others:
-                position = bisect.bisect_left(self._stamps[i], lower)
-                if position == len(self._stamps[i]):
+            emitted = None
+            while all(self._stamps):
+                chosen = self._best_set()
+                if chosen is None or not self._is_final(chosen):
                     break
-                positions[i] = position
-                stamp = self._stamps[i][position]
-                newest, oldest = max(newest, stamp), min(oldest, stamp)
-            else:
-                skew = newest - oldest
-                if skew <= self.max_skew and (best_key is None or (skew, -newest) < best_key):
-                    best, best_key = positions, (skew, -newest)
+                if emitted is not None:          # superseded by a newer final set
+                    self.matched -= 1
+                    self.dropped += self.num_inputs
+                emitted = self._emit(chosen)
+            return emitted
+
+    def _best_set(self) -> list[int] | None:
+        """Return per-input queue positions of the queued set of least skew (ties: older)."""
+        queues = self._stamps
+        # A set holds a message at or after every input's oldest and at or before every input's
+        # newest, so its oldest stamp lies in this range.
+        low = max(queue[0] for queue in queues) - self.max_skew
+        high = min(queue[-1] for queue in queues)
+        lower_bounds = sorted({stamp for queue in queues
+                               for stamp in queue[bisect.bisect_left(queue, low):
+                                                  bisect.bisect_right(queue, high)]})
+        best, best_skew = None, None
+        for lower in lower_bounds:
+            # The least-skew set whose oldest stamp is `lower`: each input's first message at or
+            # after it.
+            positions = [bisect.bisect_left(queue, lower) for queue in queues]
+            skew = max(queue[p] for queue, p in zip(queues, positions)) - lower
+            if (skew <= self.max_skew + self._TOLERANCE
+                    and (best is None or skew < best_skew - self._TOLERANCE)):
+                best, best_skew = positions, skew
         return best
+
+    def _is_final(self, positions: list[int]) -> bool:
+        """Return True when no message still to come can improve on this set (class doc)."""
+        stamps = [self._stamps[i][p] for i, p in enumerate(positions)]
+        skew = max(stamps) - min(stamps)
+        for j in range(self.num_inputs):
+            others = max((s for i, s in enumerate(stamps) if i != j), default=-math.inf)
+            interval = min(self._intervals[j], default=0.0)
+            if self._newest[j] + interval - others < skew - self._TOLERANCE:
+                return False
+        return True
 
     def _emit(self, positions: list[int]) -> MatchedSet:
         stamps = tuple(self._stamps[i][p] for i, p in enumerate(positions))
