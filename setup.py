@@ -18,7 +18,8 @@ setup(
         ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/sim.launch.py',
                                   'launch/gazebo.launch.py']),
         ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/example_arm.yaml',
-                                  'config/ros2_controllers.yaml']),
+                                  'config/ros2_controllers.yaml',
+                                  'config/fastdds_large_images.xml']),
     ],
     zip_safe=False,
     entry_points={

@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from pi0_ros.domain import claim_domain_id
-from pi0_ros.processes import Process, ros_args
+from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
+                               FASTDDS_PROFILE_VARIABLE, Process, ros_args)
 
 RANDOM_WEIGHTS_NOTE = (
     'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
@@ -42,6 +43,8 @@ def parse_args(argv):
     parser.add_argument('--output', default='reports/demo', help='report folder')
     parser.add_argument('--domain-id', type=int, default=None,
                         help='ROS_DOMAIN_ID (default: one no other run on this machine holds)')
+    parser.add_argument('--fastdds-profile', default=None, metavar='PATH|none',
+                        help=FASTDDS_PROFILE_HELP)
     return parser.parse_args(argv)
 
 
@@ -236,7 +239,14 @@ def main(argv=None):
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED='1')
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     env.setdefault('MUJOCO_GL', 'egl')
-    os.environ.update({k: env[k] for k in ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE')})
+    try:
+        profile = fastdds_profile_env(env, args.fastdds_profile) or 'none'
+    except FileNotFoundError as error:
+        print(f'pi0_ros demo: {error}', file=sys.stderr)
+        return 1
+    # This process joins the same domain with the same transports.
+    copy_to_environ(env, ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE',
+                          FASTDDS_PROFILE_VARIABLE))
 
     import rclpy
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -246,7 +256,7 @@ def main(argv=None):
 
     limits = joint_limits()
     print(f'pi0_ros demo: simulated SO-101 + control node for {args.duration:.0f} s '
-          f'(ROS_DOMAIN_ID={domain_id}); report in {output}')
+          f'(ROS_DOMAIN_ID={domain_id}, Fast DDS profile {profile}); report in {output}')
     if not args.checkpoint:
         print(RANDOM_WEIGHTS_NOTE)
     sim = Process('sim', [sys.executable, '-m', 'pi0_ros.sim.node'] + ros_args(

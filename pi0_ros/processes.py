@@ -1,9 +1,77 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Child processes of the demo, the soak and the tests: started, logged and always stopped."""
+"""
+Child processes of the demo, the soak and the tests: started, logged and always stopped.
+
+Also the environment they share: the package's Fast DDS profile for camera-sized messages.
+"""
 import os
+from pathlib import Path
 import signal
 import subprocess
+import sys
+
+# The variable Fast DDS 2.x (ROS 2 Jazzy's rmw_fastrtps) reads its XML profiles from.
+FASTDDS_PROFILE_VARIABLE = 'FASTRTPS_DEFAULT_PROFILES_FILE'
+FASTDDS_PROFILE = 'fastdds_large_images.xml'
+FASTDDS_PROFILE_HELP = (
+    "Fast DDS XML profile for every process this starts (and this one): a path, or 'none' for "
+    f"Fast DDS's defaults. Default: ${FASTDDS_PROFILE_VARIABLE} if set, else the package's "
+    f'config/{FASTDDS_PROFILE} (a 32 MB shared-memory segment, so that 900 kB camera frames '
+    'reach the node on this host)')
+
+
+def package_config_file(name):
+    """
+    Return the path of config/<name> of this package, or None where it cannot be found.
+
+    Looked up in the source tree (the pip route's editable install), then in the package's
+    share directory (colcon: <prefix>/share/pi0_ros/config, also where pip puts data_files).
+    """
+    source = Path(__file__).resolve().parents[1] / 'config' / name
+    if source.is_file():
+        return source
+    shares = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        shares.append(Path(get_package_share_directory('pi0_ros')))
+    except (ImportError, LookupError, OSError, ValueError):
+        pass                      # not installed with colcon, or no ROS environment sourced
+    shares.append(Path(sys.prefix) / 'share' / 'pi0_ros')
+    return next((share / 'config' / name for share in shares
+                 if (share / 'config' / name).is_file()), None)
+
+
+def fastdds_profile_env(env, choice=None):
+    """
+    Set the Fast DDS profile variable in `env` (a dict, changed in place); return the file used.
+
+    choice: None keeps a profile the environment already names and otherwise uses the package's
+    config/fastdds_large_images.xml; 'none' removes the variable (Fast DDS's defaults); anything
+    else is a path to a profile. Raises FileNotFoundError for a path that is not a file.
+    """
+    if choice is None:
+        choice = env.get(FASTDDS_PROFILE_VARIABLE) or package_config_file(FASTDDS_PROFILE)
+        if choice is None:
+            env.pop(FASTDDS_PROFILE_VARIABLE, None)
+            return None
+    elif str(choice).lower() == 'none':
+        env.pop(FASTDDS_PROFILE_VARIABLE, None)
+        return None
+    path = Path(choice).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f'Fast DDS profile {choice} is not a file')
+    env[FASTDDS_PROFILE_VARIABLE] = str(path)
+    return str(path)
+
+
+def copy_to_environ(env, names):
+    """Give this process the values `env` has for `names` (unset where `env` has none)."""
+    for name in names:
+        if name in env:
+            os.environ[name] = env[name]
+        else:
+            os.environ.pop(name, None)
 
 
 def format_parameter(value):

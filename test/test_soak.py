@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pi0_ros.processes import FASTDDS_PROFILE, fastdds_profile_env, FASTDDS_PROFILE_VARIABLE
 from pi0_ros.soak import parse_args
 from rosutil import REPO_ROOT
 
@@ -53,3 +54,28 @@ def test_node_parameters_are_parsed_as_literals_else_strings():
                                    ('observation_timeout', 0.75)]
     with pytest.raises(SystemExit):
         parse_args(['--node-parameter', 'control_thread_priority=0'])
+
+
+def test_the_fastdds_profile_is_the_packaged_one_unless_the_environment_or_option_says_otherwise(
+        tmp_path):
+    packaged = REPO_ROOT / 'config' / FASTDDS_PROFILE
+    env = {}
+    assert fastdds_profile_env(env) == str(packaged)
+    assert env == {FASTDDS_PROFILE_VARIABLE: str(packaged)}
+    own = tmp_path / 'own.xml'
+    own.write_text('<profiles/>')
+    env = {FASTDDS_PROFILE_VARIABLE: str(own)}
+    assert fastdds_profile_env(env) == str(own)           # the user's choice is kept
+    env = {FASTDDS_PROFILE_VARIABLE: str(own)}
+    assert fastdds_profile_env(env, 'none') is None and env == {}
+    assert fastdds_profile_env(env, str(packaged)) == str(packaged)
+    with pytest.raises(FileNotFoundError):
+        fastdds_profile_env({}, str(tmp_path / 'missing.xml'))
+    assert parse_args(['--fastdds-profile', 'none']).fastdds_profile == 'none'
+
+
+def test_setup_py_installs_every_config_file():
+    # colcon installs config/ whole (CMakeLists.txt); the pip route lists the files.
+    setup = (REPO_ROOT / 'setup.py').read_text()
+    for path in sorted((REPO_ROOT / 'config').iterdir()):
+        assert f"'config/{path.name}'" in setup, path.name
