@@ -17,9 +17,10 @@
 # soak_gpu/ with summary.json, timeseries.png, control_period.png, control.log,
 # feeder_cameras.log, feeder_joints.log.
 # Settings (environment): PYTHON (python3), SOAK_DEVICE (cuda), SOAK_MODEL (full), SOAK_PRECISION
-# (bf16), SOAK_BUDGET (570: seconds the whole script may take; the soak is interrupted with SIGINT,
-# and still writes its report, so that the call ends inside the tool's 600 s), GPUSOAK_BUNDLE
-# (.gpusoak), GPUSOAK_PREFIX (/tmp/pi0_ros_gpusoak).
+# (bf16), SOAK_ARGS (more options of python -m pi0_ros.soak, e.g. '--warmup 20'), SOAK_BUDGET
+# (570: seconds the whole script may take; the soak is interrupted with SIGINT, and still writes
+# its report, so that the call ends inside the tool's 600 s), GPUSOAK_BUNDLE (.gpusoak),
+# GPUSOAK_PREFIX (/tmp/pi0_ros_gpusoak).
 set -uo pipefail
 
 DURATION="${1:-300}"
@@ -106,7 +107,7 @@ EOF
   fi
   timeout --signal=INT --kill-after=20 "$remaining" \
     "$PYTHON" -m pi0_ros.soak --duration "$DURATION" --device "$DEVICE" \
-    --random-model "$MODEL" --precision "$PRECISION" --output "$REPORT"
+    --random-model "$MODEL" --precision "$PRECISION" --output "$REPORT" ${SOAK_ARGS:-}
   rc=$?
   # The feeders' counters are in summary.json ('feeder'); fewer files for the tool to return.
   rm -f "$REPORT"/feeder_*.json
