@@ -45,6 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--fp8-expert', action='store_true',
                         help="FP8 weight-only quantization of the action expert's projections "
                              '(--check then reports its accuracy in bf16/fp16)')
+    parser.add_argument('--fp8-prefix', action='store_true',
+                        help="FP8 activations and weights for the prefix MLP's gate/up "
+                             'projection (--check then reports its accuracy in bf16/fp16)')
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
@@ -119,7 +122,8 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
 def engine_options(args, max_batch: int) -> EngineOptions:
     """Options shared by every engine the benchmark builds."""
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
-                         cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert)
+                         cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
+                         prefix_fp8=args.fp8_prefix)
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:
@@ -226,7 +230,8 @@ def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
     from pi0_ros.engine.lerobot_reference import lerobot_tensor_getter
     options = EngineOptions(precision=precision, device=args.device, max_batch=max_batch,
                             cuda_graphs=not args.no_cuda_graphs,
-                            expert_fp8=args.fp8_expert and precision != 'fp32')
+                            expert_fp8=args.fp8_expert and precision != 'fp32',
+                            prefix_fp8=args.fp8_prefix and precision != 'fp32')
     return Pi0Engine(lerobot_tensor_getter(policy), dims, state_dim=args.state_dim,
                      action_dim=args.action_dim, num_cameras=args.cameras, options=options,
                      state_stats=NormStats.identity(args.state_dim),
@@ -321,7 +326,8 @@ def profile_kernels(args, dims: ModelDims, out: Path, batch: int = 1) -> None:
     """torch.profiler table (CUDA time per kernel) of one eager call of `batch` observations."""
     from torch.profiler import profile, ProfilerActivity
     options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False,
-                            expert_fp8=args.fp8_expert, max_batch=batch)
+                            expert_fp8=args.fp8_expert, prefix_fp8=args.fp8_prefix,
+                            max_batch=batch)
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
                               num_cameras=args.cameras, options=options)
     frames = make_frames(args, batch, seed=3)

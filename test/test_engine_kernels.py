@@ -94,6 +94,72 @@ def test_engine_with_fp8_expert_weights_stays_close_to_half_precision():
     assert not torch.equal(outputs[0], outputs[1])  # the quantized weights were used
 
 
+def test_fp8_row_quantization_scales_each_row_to_the_fp8_range():
+    torch.manual_seed(7)
+    x = torch.randn(6, 128) * torch.logspace(-2, 2, 6)[:, None]
+    out = torch.empty(6, 128, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(6)
+    reference = x.clone()
+    kernels.add_rms_norm(x, None, out, 1e-6, out_scale=scale)
+    normed = reference * torch.rsqrt(reference.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert torch.allclose(scale, normed.abs().amax(-1) / kernels.FP8_MAX, rtol=1e-6)
+    assert torch.equal(out.float().abs().amax(-1), torch.full((6,), kernels.FP8_MAX))
+    restored = out.float() * scale[:, None]
+    error = (restored - normed).abs().amax(-1) / normed.abs().amax(-1)
+    assert error.max().item() <= 2 ** -4
+
+
+def test_engine_with_fp8_prefix_mlp_stays_close_to_half_precision():
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    rng = np.random.default_rng(8)
+    frames = [rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for _ in range(3)]
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    outputs = []
+    for fp8 in (False, True):
+        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
+                                  options=EngineOptions(device='cpu', precision='bf16',
+                                                        prefix_fp8=fp8, max_frame_height=96,
+                                                        max_frame_width=128))
+        prefix_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.prefix_layers
+                        if layer.gate_up_w is not None}
+        expert_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.expert_layers}
+        assert prefix_kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
+        assert expert_kinds == {'Tensor'}
+        outputs.append(torch.from_numpy(engine.infer(frames, np.zeros(6), 'pick',
+                                                     noise=noise).actions).flatten())
+    assert F.cosine_similarity(outputs[0].double(), outputs[1].double(), dim=0) > 0.999
+    assert not torch.equal(outputs[0], outputs[1])  # the FP8 path ran
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('rows', [816, 6528])
+def test_fp8_prefix_norm_and_gemm_on_the_gpu(rows):
+    torch.manual_seed(9)
+    x = torch.randn(rows, 2048, device='cuda')
+    residual = torch.randn(rows, 2048, dtype=torch.bfloat16, device='cuda')
+    expected_x = x + residual.float()
+    x8 = torch.empty(rows, 2048, dtype=torch.float8_e4m3fn, device='cuda')
+    scale = torch.empty(rows, device='cuda')
+    kernels.add_rms_norm(x, residual, x8, 1e-6, out_scale=scale)
+    assert torch.allclose(x, expected_x)
+    reference8 = torch.empty_like(x8)
+    reference_scale = torch.empty_like(scale)
+    normed = expected_x * torch.rsqrt(expected_x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    kernels.quantize_rows(normed, reference8, reference_scale)
+    assert torch.allclose(scale, reference_scale, rtol=1e-5)
+    # The two may round a value on either side of an e4m3 step: one step apart at most.
+    steps = (x8.float() - reference8.float()).abs() / reference8.float().abs().clamp(min=1)
+    assert steps.max().item() <= 2 ** -3
+    weight = gemm.Fp8Weight.quantize(torch.randn(2 * 4096, 2048, device='cuda') * 0.02)
+    hidden = gemm.fp8_linear(x8, scale, weight, torch.bfloat16, gelu_mul=True)
+    emulated = gemm.fp8_linear(x8.cpu(), scale.cpu(), gemm.Fp8Weight(weight.data.cpu(),
+                               weight.scale.cpu()), torch.float32, gelu_mul=True)
+    error = (hidden.float().cpu() - emulated).abs().max() / emulated.abs().max()
+    assert error.item() < 1e-2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize('rows', [51, 408])
 @pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)

@@ -96,6 +96,10 @@ class EngineOptions:
     # FP8 (e4m3) weight-only quantization of the action expert's projections, per-channel
     # scales: the memory-bound denoiser streams half the weight bytes (off: exact half floats).
     expert_fp8: bool = False
+    # FP8 (e4m3) activations and weights, row-wise scales, for the prefix MLP's gate/up
+    # projection (half of the compute-bound prefix's FLOPs) on FP8 tensor cores; CUDA GPUs of
+    # compute capability 8.9+ (elsewhere emulated in float32, for tests). Off: half floats.
+    prefix_fp8: bool = False
 
     def __post_init__(self):
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):

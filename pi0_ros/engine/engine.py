@@ -124,6 +124,11 @@ class Pi0Engine:
         self.chunk_size = dims.chunk_size
         self.device = resolve_device(options.device)
         self.dtype = resolve_dtype(options.precision, self.device)
+        if options.prefix_fp8 and self.device.type == 'cuda' \
+                and torch.cuda.get_device_capability(self.device) < (8, 9):
+            raise EngineError('prefix_fp8 needs FP8 tensor cores (compute capability 8.9 or '
+                              f'newer); {torch.cuda.get_device_name(self.device)} has '
+                              f'{torch.cuda.get_device_capability(self.device)}')
         self._state_stats = state_stats
         self._action_stats = action_stats
         self._state_denominator = (state_stats.std + np.float32(state_stats.eps)).astype(
@@ -143,7 +148,8 @@ class Pi0Engine:
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length
         with torch.inference_mode(False), torch.no_grad():
             self.weights = build_weights(get_tensor, dims, self.dtype, self.device,
-                                         self._prefix_length, expert_fp8=options.expert_fp8)
+                                         self._prefix_length, expert_fp8=options.expert_fp8,
+                                         prefix_fp8=options.prefix_fp8)
             self._allocate()
         self._slot_instructions = [None] * options.max_batch
         self._slot_frame_keys = [[None] * num_cameras for _ in range(options.max_batch)]

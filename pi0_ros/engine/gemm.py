@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import kernel_configs, kernels
-from pi0_ros.engine.kernels import triton
+from pi0_ros.engine.kernels import FP8_MAX, triton
 
 if triton is not None:
     import triton.language as tl
@@ -89,9 +89,6 @@ if triton is not None:
             tl.store(out_ptrs, acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-
-FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
 @dataclass
@@ -243,6 +240,28 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
             return out.view(*x.shape[:-1], weight.shape[0])
     out = F.linear(x, weight, bias)
     return F.silu(out) if silu else out
+
+
+def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype,
+               *, gelu_mul: bool = False) -> torch.Tensor:
+    """
+    Multiply FP8 rows x8 [M,K] (e4m3, scales x_scale [M]) by an Fp8Weight [N,K], into dtype.
+
+    With gelu_mul the result is gelu_tanh(gate) * up, as in linear(). On CUDA one
+    torch._scaled_mm with row-wise scales (FP8 tensor cores); elsewhere the same arithmetic
+    dequantized to float32 (the reference).
+    """
+    if x8.is_cuda:
+        y = torch._scaled_mm(x8, weight.data.t(), scale_a=x_scale[:, None],
+                             scale_b=weight.scale[None, :], out_dtype=dtype)
+    else:
+        y = ((x8.float() * x_scale[:, None]) @ (weight.data.float()
+                                                * weight.scale[:, None]).T).to(dtype)
+    if not gelu_mul:
+        return y
+    hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=dtype, device=y.device)
+    kernels.gelu_mul(y, hidden)
+    return hidden
 
 
 def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:

@@ -31,6 +31,8 @@ except ImportError:  # pragma: no cover - CPU-only installs
     triton = None
 
 
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
 # Tests only: run the Triton kernels on CPU tensors through Triton's interpreter.
 INTERPRET_ON_CPU = (triton is not None and os.environ.get('TRITON_INTERPRET') == '1'
                     and os.environ.get('PI0_ROS_TRITON_ON_CPU') == '1')
@@ -74,9 +76,9 @@ if triton is not None:
         return total
 
     @triton.jit
-    def _add_norm_kernel(x_ptr, residual_ptr, out_ptr, n_cols, part_stride, eps,
-                         PARTS: tl.constexpr, CENTER: tl.constexpr, BLOCK: tl.constexpr,
-                         USE_PDL: tl.constexpr):
+    def _add_norm_kernel(x_ptr, residual_ptr, out_ptr, scale_ptr, n_cols, part_stride, eps,
+                         PARTS: tl.constexpr, CENTER: tl.constexpr, QUANTIZE: tl.constexpr,
+                         BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
         pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -88,6 +90,10 @@ if triton is not None:
         if CENTER:
             x = tl.where(inside, x - tl.sum(x, axis=0) / n_cols, 0.0)
         y = x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        if QUANTIZE:  # FP8 row: y / scale with scale = max|y| / FP8_MAX (448)
+            scale = tl.maximum(tl.max(tl.abs(y), axis=0), 1e-12) / 448.0
+            tl.store(scale_ptr + row, scale)
+            y = tl.minimum(tl.maximum(y / scale, -448.0), 448.0)
         tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
     @triton.jit
@@ -154,28 +160,43 @@ def sum_parts(values: torch.Tensor) -> torch.Tensor:
     return values.sum(0) if values.dim() == 3 else values
 
 
-def _launch_norm(x, residual, out, eps, center: bool) -> None:
+def _launch_norm(x, residual, out, eps, center: bool, out_scale=None) -> None:
     block = triton.next_power_of_2(x.shape[1])
     parts = 0 if residual is None else (residual.shape[0] if residual.dim() == 3 else 1)
     part_stride = residual[0].numel() if parts > 1 else 0
     _add_norm_kernel[(x.shape[0],)](
-        x, residual if residual is not None else x, out, x.shape[1], part_stride, eps,
-        PARTS=parts, CENTER=center, BLOCK=block, USE_PDL=use_pdl(x),
-        num_warps=4 if block <= 2048 else 8, launch_pdl=use_pdl(x))
+        x, residual if residual is not None else x, out,
+        out_scale if out_scale is not None else x, x.shape[1], part_stride, eps,
+        PARTS=parts, CENTER=center, QUANTIZE=out_scale is not None, BLOCK=block,
+        USE_PDL=use_pdl(x), num_warps=4 if block <= 2048 else 8, launch_pdl=use_pdl(x))
 
 
-def add_rms_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> None:
+def quantize_rows(y: torch.Tensor, out: torch.Tensor, out_scale: torch.Tensor) -> None:
+    """Write float y [M,N] as FP8 e4m3 rows y / scale into out, scale = max|row| / FP8_MAX."""
+    scale = y.abs().amax(-1).clamp(min=1e-12) / FP8_MAX
+    out_scale.copy_(scale)
+    out.copy_((y / scale[:, None]).clamp(-FP8_MAX, FP8_MAX))
+
+
+def add_rms_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float,
+                 out_scale: torch.Tensor = None) -> None:
     """
     Add residual into x [M,N] float32 (if given), write RMS-normalized x into out.
 
-    residual is [M,N] or float32 partial sums [P,M,N] (added up here), contiguous.
+    residual is [M,N] or float32 partial sums [P,M,N] (added up here), contiguous. With
+    out_scale (float32 [M]), out is float8_e4m3fn and receives each normalized row divided by
+    its scale max|row| / FP8_MAX (the row-wise activation scaling of an FP8 GEMM).
     """
     if use_triton(x):
-        _launch_norm(x, residual, out, eps, center=False)
+        _launch_norm(x, residual, out, eps, center=False, out_scale=out_scale)
         return
     if residual is not None:
         x.add_(sum_parts(residual))
-    out.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    if out_scale is None:
+        out.copy_(y)
+    else:
+        quantize_rows(y, out, out_scale)
 
 
 def add_layer_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> None:

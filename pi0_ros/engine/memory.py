@@ -59,12 +59,13 @@ def _nbytes(shape, dtype: torch.dtype) -> int:
 
 
 def weight_bytes(dims: ModelDims, num_cameras: int, dtype: torch.dtype,
-                 expert_fp8: bool = False) -> int:
+                 expert_fp8: bool = False, prefix_fp8: bool = False) -> int:
     """Bytes of the fused weights, built on the meta device (no memory used)."""
     shapes = lerobot_parameter_shapes(dims)
     prefix_length = num_cameras * dims.tokens_per_image + dims.tokenizer_max_length
     weights = build_weights(lambda key: torch.empty(shapes[key], device='meta'), dims, dtype,
-                            torch.device('meta'), prefix_length, expert_fp8=expert_fp8)
+                            torch.device('meta'), prefix_length, expert_fp8=expert_fp8,
+                            prefix_fp8=prefix_fp8)
     return sum(t.numel() * t.element_size() for t in weights.tensors())
 
 
@@ -94,7 +95,8 @@ def _gemma_layer_peak(rows: int, width: int, mlp: int, heads: int, head_dim: int
                       mlp * half + splits * width * f32)
 
 
-def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.dtype) -> int:
+def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.dtype,
+                    prefix_fp8: bool = False) -> int:
     """Largest set of temporaries one stage holds at once for `batch` observations."""
     d = dims
     half = torch.empty((), dtype=dtype).element_size()
@@ -113,6 +115,7 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
     rows = batch * length
     prefix = (rows * (d.prefix_width * (f32 + half) + d.prefix_heads * hd * half + hd * f32)
               + batch * length * f32
+              + (rows * (d.prefix_width + f32) if prefix_fp8 else 0)  # FP8 rows + row scales
               + _gemma_layer_peak(rows, d.prefix_width, d.prefix_mlp_dim, d.prefix_heads, hd,
                                   half))
     # Denoise (model.denoise_forward): the same per layer over the suffix, plus the Euler
@@ -139,9 +142,9 @@ def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
     """Estimate the GPU memory of an engine built with these options (largest bucket used)."""
     largest = batch_buckets(options.max_batch)[-1]
     return MemoryEstimate(
-        weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8),
+        weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8, options.prefix_fp8),
         buffers=buffer_bytes(dims, num_cameras, options, dtype),
-        workspace=workspace_bytes(dims, num_cameras, largest, dtype),
+        workspace=workspace_bytes(dims, num_cameras, largest, dtype, options.prefix_fp8),
         fixed=fixed_bytes(options, dims))
 
 

@@ -183,13 +183,16 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
 
 
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
-                  prefix_length: int, expert_fp8: bool = False) -> Pi0Weights:
+                  prefix_length: int, expert_fp8: bool = False,
+                  prefix_fp8: bool = False) -> Pi0Weights:
     """
     Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
 
     Fusion runs in float32 (float64 for the tiny action-side products) and casts once. With
     expert_fp8, the action expert's projections are stored as FP8 with per-channel scales
-    (weight-only: the denoiser streams half the bytes; activations stay in dtype).
+    (weight-only: the denoiser streams half the bytes; activations stay in dtype). With
+    prefix_fp8, the prefix MLP's gate/up weights are FP8 with per-channel scales, multiplied by
+    FP8 activations (see _gemma_stack).
     """
     f32 = torch.float32
 
@@ -221,8 +224,9 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
     proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
 
-    def gemma_layers(prefix, keep_last_full, fp8=False):
+    def gemma_layers(prefix, keep_last_full, fp8=False, fp8_gate_up=False):
         store = gemm.Fp8Weight.quantize if fp8 else cast
+        store_gate_up = gemm.Fp8Weight.quantize if fp8 or fp8_gate_up else cast
         layers = []
         for i in range(d.prefix_depth):
             p = f'{prefix}layers.{i}.'
@@ -239,11 +243,12 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
             layers.append(GemmaLayer(
                 qkv_w=store(qkv_w * in_scale[None, :]),
                 out_w=store(g(p + 'self_attn.o_proj.weight')),
-                gate_up_w=store(gate_up * post_scale[None, :]),
+                gate_up_w=store_gate_up(gate_up * post_scale[None, :]),
                 down_w=store(g(p + 'mlp.down_proj.weight'))))
         return layers
 
-    prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False)
+    prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False,
+                                 fp8_gate_up=prefix_fp8)
     expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True, fp8=expert_fp8)
 
     # Action side (float32, tiny): fold action_in_proj into the action half of action_time_mlp_in
@@ -324,7 +329,7 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
-                 final_out=None):
+                 final_out=None, fp8_mlp: bool = False):
     """
     Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
 
@@ -333,7 +338,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     state_keys, the first token's queries see only keys before state_keys. A layer without
     out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
-    norm and RoPE kernels add up.
+    norm and RoPE kernels add up. With fp8_mlp (gate/up weights are gemm.Fp8Weight), the
+    post-attention norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8.
     """
     dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
@@ -342,6 +348,9 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     stream = x.view(rows, width)
     normed = torch.empty(rows, width, dtype=dtype, device=x.device)
     queries = torch.empty(rows, heads * hd, dtype=dtype, device=x.device)
+    if fp8_mlp:
+        normed8 = torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=x.device)
+        row_scale = torch.empty(rows, dtype=torch.float32, device=x.device)
     # Temporaries are released as soon as they are consumed (del): the peak of this stack is
     # the MLP's gate/up output plus its GELU product, which sets the memory a batch needs
     # (pi0_ros.engine.memory models exactly this).
@@ -364,9 +373,15 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                              state_rows=heads if state_keys else 0, state_keys=state_keys)
         projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w)
         del attended
-        kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
-        del projected
-        hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
+        if fp8_mlp:
+            kernels.add_rms_norm(stream, projected, normed8, dims.rms_norm_eps,
+                                 out_scale=row_scale)
+            del projected
+            hidden = gemm.fp8_linear(normed8, row_scale, layer.gate_up_w, dtype, gelu_mul=True)
+        else:
+            kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
+            del projected
+            hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
         pending = gemm.linear(hidden, layer.down_w)
         del hidden
     if final_out is not None:
@@ -388,7 +403,8 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     cos = w.rope_cos[:length].repeat(b, 1)
     sin = w.rope_sin[:length].repeat(b, 1)
     _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
-                 key_bias(key_mask))
+                 key_bias(key_mask),
+                 fp8_mlp=isinstance(w.prefix_layers[0].gate_up_w, gemm.Fp8Weight))
 
 
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
