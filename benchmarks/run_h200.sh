@@ -10,7 +10,8 @@
 #   dependent launch (bench_nopdl.log). FP8=1 also benchmarks the FP8 weight-only action expert
 #   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). BATCHES (sweep), PROFILE_BATCHES
 #   (kernel tables), MEMORY_SWEEP (max_batch values whose peak memory is measured against the
-#   planner's estimate) set the benchmark's sweeps. EXPERIMENTS=1 also runs
+#   planner's estimate) set the benchmark's sweeps. FP8_PREFIX=1 also benchmarks the FP8 prefix
+#   MLP (bench_fp8_prefix.log/.json, with --check). EXPERIMENTS=1 also runs
 #   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
@@ -51,6 +52,13 @@ if [ "${FP8:-0}" = 1 ]; then
     --out /tmp/bench_fp8 2>&1 \
     | tee "$OUT/bench_fp8.log"
   cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"
+fi
+if [ "${FP8_PREFIX:-0}" = 1 ]; then
+  # FP8 activations + weights for the prefix MLP's gate/up: speed at batch 1 and 8, accuracy.
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
+    --iters "${ITERS:-100}" --skip-lerobot --check --fp8-prefix --out /tmp/bench_fp8_prefix \
+    2>&1 | tee "$OUT/bench_fp8_prefix.log"
+  cp /tmp/bench_fp8_prefix/bench.json "$OUT/bench_fp8_prefix.json"
 fi
 if [ "${EXPERIMENTS:-0}" = 1 ]; then
   # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).
