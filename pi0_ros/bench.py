@@ -34,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--precision', choices=('auto', 'fp32', 'bf16', 'fp16'), default='auto')
     parser.add_argument('--device', default='auto', help="'auto', 'cpu', 'cuda' or 'cuda:N'")
     parser.add_argument('--batches', default='1', help='comma-separated batch sizes to sweep')
+    parser.add_argument('--buckets', default='',
+                        help='comma-separated batch buckets of the sweep engine (default: powers '
+                             'of two up to the largest batch)')
     parser.add_argument('--iters', type=int, default=50, help='timed calls per batch size')
     parser.add_argument('--warmup-iters', type=int, default=3)
     parser.add_argument('--lerobot-iters', type=int, default=20)
@@ -121,7 +124,10 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
 
 def engine_options(args, max_batch: int) -> EngineOptions:
     """Options shared by every engine the benchmark builds."""
+    buckets = sorted({int(b) for b in args.buckets.split(',') if b.strip()
+                      and int(b) < max_batch} | {max_batch}) if args.buckets else ()
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
+                         batch_buckets=tuple(buckets),
                          cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
                          prefix_fp8=args.fp8_prefix)
 

@@ -164,6 +164,21 @@ def test_batch_equals_single_calls():
         np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_chosen_batch_buckets_pad_to_the_next_bucket(monkeypatch):
+    pi0 = make_engine(max_batch=3, batch_buckets=(1, 3))
+    sizes = []
+    run_stage = pi0._run_stage
+    monkeypatch.setattr(pi0, '_run_stage',
+                        lambda stage, size: sizes.append((stage, size)) or run_stage(stage, size))
+    observations = [observation(seed) for seed in (20, 21)]
+    batch = pi0.infer_batch([(f, s, 'grasp', None, n) for f, s, n in observations])
+    assert ('prefix', 3) in sizes and ('denoise', 3) in sizes  # two observations, bucket 3
+    single = make_engine()
+    for result, (frames, state, noise) in zip(batch, observations):
+        expected = single.infer(frames, state, 'grasp', noise=noise).actions
+        np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_batch_limits():
     pi0 = make_engine(max_batch=2)
     frames, state, _ = observation(13)
@@ -205,6 +220,10 @@ def test_options_are_validated():
         EngineOptions(device='tpu')
     with pytest.raises(ValueError, match='max_batch'):
         EngineOptions(max_batch=0)
+    for buckets in ((1, 2), (2, 1, 4), (0, 4), (1, 1, 4), (1.5, 4)):
+        with pytest.raises(ValueError, match='batch_buckets'):
+            EngineOptions(max_batch=4, batch_buckets=buckets)
+    assert EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)).batch_buckets == (1, 3, 6)
     with pytest.raises(ValueError, match='num_kv_heads'):
         ModelDims(num_kv_heads=2)
 

@@ -65,3 +65,14 @@ def test_estimate_reports_parts_in_gib():
     parts = estimate.as_gib()
     assert set(parts) == {'weights', 'buffers', 'workspace', 'fixed', 'total'}
     assert np.isclose(parts['total'], sum(v for k, v in parts.items() if k != 'total'))
+
+
+def test_chosen_buckets_size_the_workspace_by_the_largest():
+    chosen = estimate_memory(FULL, 3, EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)),
+                             torch.bfloat16)
+    powers = estimate_memory(FULL, 3, EngineOptions(max_batch=6), torch.bfloat16)
+    assert chosen == powers  # [1, 2, 4, 6] and [1, 3, 6] both end at 6
+    assert chosen.workspace == workspace_bytes(FULL, 3, 6, torch.bfloat16)
+    planned = plan_max_batch(chosen.total, FULL, 3,
+                             EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)), torch.bfloat16)
+    assert planned == 4  # the planner's candidates are powers of two

@@ -89,6 +89,11 @@ class EngineOptions:
     precision: str = 'auto'
     device: str = 'auto'
     max_batch: int = 1
+    # Static batch sizes (one CUDA graph each; a batch runs in the smallest bucket that holds
+    # it). Empty: powers of two below max_batch, and max_batch. Since the prefix costs the same
+    # per observation at every size, a bucket per expected robot count (e.g. (1, 2, 3, 4, 6))
+    # avoids paying for padding slots; each bucket adds graphs and start-up time.
+    batch_buckets: tuple = ()
     cuda_graphs: bool = True
     max_frame_height: int = 1080
     max_frame_width: int = 1920
@@ -110,6 +115,12 @@ class EngineOptions:
                              f'got {self.device!r}')
         if self.max_batch < 1:
             raise ValueError(f'max_batch must be >= 1, got {self.max_batch}')
+        buckets = tuple(self.batch_buckets)
+        if buckets and (any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+                            for b in buckets)
+                        or list(buckets) != sorted(set(buckets)) or buckets[-1] != self.max_batch):
+            raise ValueError('batch_buckets must be increasing positive integers ending at '
+                             f'max_batch ({self.max_batch}), got {self.batch_buckets!r}')
         if self.max_frame_height < 1 or self.max_frame_width < 1:
             raise ValueError('max_frame_height and max_frame_width must be >= 1')
 

@@ -73,8 +73,10 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_noise': chunk, '_chunk': chunk, '_cache_k': cache, '_cache_v': cache}
 
 
-def batch_buckets(max_batch: int) -> list:
-    """Return the static batch sizes: powers of two below max_batch, and max_batch."""
+def batch_buckets(max_batch: int, chosen=()) -> list:
+    """Return the static batch sizes: chosen if given, else powers of two and max_batch."""
+    if chosen:
+        return list(chosen)
     buckets = []
     size = 1
     while size < max_batch:
@@ -142,7 +144,7 @@ class Pi0Engine:
         self._graph_pool = None
         self._capture_stream = None
         self._graph_thread = None
-        self._buckets = batch_buckets(options.max_batch)
+        self._buckets = batch_buckets(options.max_batch, options.batch_buckets)
         self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0}
         self._image_tokens = num_cameras * dims.tokens_per_image
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length

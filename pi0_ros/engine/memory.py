@@ -140,7 +140,7 @@ def fixed_bytes(options: EngineOptions, dims: ModelDims) -> int:
 def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
                     dtype: torch.dtype) -> MemoryEstimate:
     """Estimate the GPU memory of an engine built with these options (largest bucket used)."""
-    largest = batch_buckets(options.max_batch)[-1]
+    largest = batch_buckets(options.max_batch, options.batch_buckets)[-1]
     return MemoryEstimate(
         weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8, options.prefix_fp8),
         buffers=buffer_bytes(dims, num_cameras, options, dtype),
@@ -158,7 +158,8 @@ def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
     best = None
     size = 1
     while size <= limit:
-        candidate = EngineOptions(**{**asdict(options), 'max_batch': size})
+        candidate = EngineOptions(**{**asdict(options), 'max_batch': size,
+                                     'batch_buckets': ()})
         estimate = estimate_memory(dims, num_cameras, candidate, dtype)
         if estimate.total > budget_bytes:
             break
@@ -166,7 +167,8 @@ def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
         size *= 2
     if best is None:
         needed = estimate_memory(dims, num_cameras,
-                                 EngineOptions(**{**asdict(options), 'max_batch': 1}), dtype)
+                                 EngineOptions(**{**asdict(options), 'max_batch': 1,
+                                                  'batch_buckets': ()}), dtype)
         raise EngineError(f'a memory budget of {budget_bytes / GIB:.2f} GiB does not fit batch 1 '
                           f'(estimated {needed.total / GIB:.2f} GiB)')
     return best
