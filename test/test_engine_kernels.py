@@ -73,25 +73,35 @@ def test_fp8_weight_quantization_keeps_each_channel_within_fp8_rounding():
     assert torch.allclose(restored.abs().amax(dim=1), weight.abs().amax(dim=1), rtol=1e-6)
 
 
-def test_engine_with_fp8_expert_weights_stays_close_to_half_precision():
+def tiny_bf16_engine_actions(seed: int, **options):
+    """Build a tiny bf16 CPU engine with these options; return it and its actions for one input."""
     from pi0_ros.engine import Pi0Engine
     from pi0_ros.engine.config import EngineOptions, ModelDims
 
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     frames = [rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for _ in range(3)]
     noise = rng.standard_normal((50, 32)).astype(np.float32)
+    engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
+                              options=EngineOptions(device='cpu', precision='bf16',
+                                                    max_frame_height=96, max_frame_width=128,
+                                                    **options))
+    actions = engine.infer(frames, np.zeros(6), 'pick', noise=noise).actions
+    return engine, torch.from_numpy(actions).flatten().double()
+
+
+def assert_close_but_not_equal(exact, quantized):
+    assert F.cosine_similarity(exact, quantized, dim=0) > 0.999
+    assert not torch.equal(exact, quantized)  # the quantized path ran
+
+
+def test_engine_with_fp8_expert_weights_stays_close_to_half_precision():
     outputs = []
     for fp8 in (False, True):
-        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
-                                  options=EngineOptions(device='cpu', precision='bf16',
-                                                        expert_fp8=fp8, max_frame_height=96,
-                                                        max_frame_width=128))
+        engine, actions = tiny_bf16_engine_actions(5, expert_fp8=fp8)
         kinds = {type(layer.down_w).__name__ for layer in engine.weights.expert_layers}
         assert kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
-        outputs.append(torch.from_numpy(engine.infer(frames, np.zeros(6), 'pick',
-                                                     noise=noise).actions).flatten())
-    assert F.cosine_similarity(outputs[0].double(), outputs[1].double(), dim=0) > 0.999
-    assert not torch.equal(outputs[0], outputs[1])  # the quantized weights were used
+        outputs.append(actions)
+    assert_close_but_not_equal(*outputs)
 
 
 def test_fp8_row_quantization_scales_each_row_to_the_fp8_range():
@@ -110,27 +120,16 @@ def test_fp8_row_quantization_scales_each_row_to_the_fp8_range():
 
 
 def test_engine_with_fp8_prefix_mlp_stays_close_to_half_precision():
-    from pi0_ros.engine import Pi0Engine
-    from pi0_ros.engine.config import EngineOptions, ModelDims
-
-    rng = np.random.default_rng(8)
-    frames = [rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for _ in range(3)]
-    noise = rng.standard_normal((50, 32)).astype(np.float32)
     outputs = []
     for fp8 in (False, True):
-        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
-                                  options=EngineOptions(device='cpu', precision='bf16',
-                                                        prefix_fp8=fp8, max_frame_height=96,
-                                                        max_frame_width=128))
+        engine, actions = tiny_bf16_engine_actions(8, prefix_fp8=fp8)
         prefix_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.prefix_layers
                         if layer.gate_up_w is not None}
         expert_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.expert_layers}
         assert prefix_kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
         assert expert_kinds == {'Tensor'}
-        outputs.append(torch.from_numpy(engine.infer(frames, np.zeros(6), 'pick',
-                                                     noise=noise).actions).flatten())
-    assert F.cosine_similarity(outputs[0].double(), outputs[1].double(), dim=0) > 0.999
-    assert not torch.equal(outputs[0], outputs[1])  # the FP8 path ran
+        outputs.append(actions)
+    assert_close_but_not_equal(*outputs)
 
 
 @pytest.mark.gpu
