@@ -26,7 +26,7 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
 @pytest.mark.parametrize('check', ['skinny_linear', 'action_linear',
                                    'fused_consumers_of_partial_sums',
-                                   'attention', 'resize_frames',
+                                   'attention', 'resize_frames', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path'])
 def test_kernel_in_the_interpreter(check):
     env = dict(os.environ, TRITON_INTERPRET='1', PI0_ROS_TRITON_ON_CPU='1')
@@ -119,12 +119,25 @@ def test_fp8_row_quantization_scales_each_row_to_the_fp8_range():
     assert error.max().item() <= 2 ** -4
 
 
+def test_fp8_gelu_mul_rows_hold_the_product_within_fp8_rounding():
+    torch.manual_seed(10)
+    gate_up = torch.randn(5, 2 * 300) * torch.logspace(-1, 1, 5)[:, None]
+    out = torch.empty(5, 300, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(5)
+    kernels.gelu_mul(gate_up, out, out_scale=scale)
+    product = F.gelu(gate_up[:, :300], approximate='tanh') * gate_up[:, 300:]
+    assert torch.allclose(scale, product.abs().amax(-1) / kernels.FP8_MAX, rtol=1e-6)
+    error = (out.float() * scale[:, None] - product).abs().amax(-1) / product.abs().amax(-1)
+    assert error.max().item() <= 2 ** -4
+
+
 def test_engine_with_fp8_prefix_mlp_stays_close_to_half_precision():
     outputs = []
     for fp8 in (False, True):
         engine, actions = tiny_bf16_engine_actions(8, prefix_fp8=fp8)
-        prefix_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.prefix_layers
-                        if layer.gate_up_w is not None}
+        prefix_kinds = {type(weight).__name__ for layer in engine.weights.prefix_layers
+                        if layer.gate_up_w is not None
+                        for weight in (layer.gate_up_w, layer.down_w)}
         expert_kinds = {type(layer.gate_up_w).__name__ for layer in engine.weights.expert_layers}
         assert prefix_kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
         assert expert_kinds == {'Tensor'}
@@ -157,6 +170,18 @@ def test_fp8_prefix_norm_and_gemm_on_the_gpu(rows):
                                weight.scale.cpu()), torch.float32, gelu_mul=True)
     error = (hidden.float().cpu() - emulated).abs().max() / emulated.abs().max()
     assert error.item() < 1e-2
+    # The down projection from FP8 rows of GELU * up (the FP8 prefix MLP's second product).
+    hidden8, hidden_scale = gemm.fp8_linear(x8, scale, weight, torch.bfloat16, gelu_mul=True,
+                                            fp8_out=True)
+    assert hidden8.dtype == torch.float8_e4m3fn and hidden_scale.shape == (rows,)
+    rows_max = emulated.abs().amax(-1, keepdim=True)
+    dequantized = (hidden8.float() * hidden_scale[:, None]).cpu()
+    assert ((dequantized - emulated).abs() / rows_max).max().item() <= 2 ** -3
+    down = gemm.Fp8Weight.quantize(torch.randn(2048, 4096, device='cuda') * 0.02)
+    out = gemm.fp8_linear(hidden8, hidden_scale, down, torch.bfloat16)
+    expected = gemm.fp8_linear(hidden8.cpu(), hidden_scale.cpu(),
+                               gemm.Fp8Weight(down.data.cpu(), down.scale.cpu()), torch.float32)
+    assert ((out.float().cpu() - expected).abs().max() / expected.abs().max()).item() < 1e-2
 
 
 @pytest.mark.gpu

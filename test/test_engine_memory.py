@@ -39,6 +39,11 @@ def test_full_model_weights_and_fp8_expert():
                                       + FULL.expert_width + 2 * FULL.expert_mlp_dim
                                       + FULL.expert_width)
     assert bf16 - fp8 == expert - scales  # one byte saved per expert weight, scales added
+    prefix = weight_bytes(FULL, 3, torch.bfloat16, prefix_fp8=True)
+    mlps = FULL.prefix_depth - 1  # the last prefix layer keeps only K/V
+    saved = mlps * (3 * FULL.prefix_width * FULL.prefix_mlp_dim  # gate/up and down, 1 byte less
+                    - 4 * (2 * FULL.prefix_mlp_dim + FULL.prefix_width))  # float32 scales
+    assert bf16 - prefix == saved
 
 
 def test_workspace_is_linear_in_the_batch_and_dominated_by_the_prefix_mlp():

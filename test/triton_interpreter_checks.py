@@ -157,6 +157,32 @@ def check_resize_frames():
         close(out, expected, 1e-5, f'resize {height}x{width}')
 
 
+def check_fp8_rows():
+    # FP8 rows with row scales from the norm and GELU * up kernels, against the PyTorch path.
+    # The rows are written to float32 here: the interpreter's float32 -> e4m3 cast loses a
+    # rounding carry into the exponent (-124 becomes -64), so the check stops before the cast,
+    # which the GPU tests cover (test_fp8_prefix_norm_and_gemm_on_the_gpu).
+    torch.manual_seed(9)
+    x = torch.randn(10, 256) * torch.logspace(-1, 1, 10)[:, None]
+    residual = torch.randn(10, 256).half()
+    gate_up = (torch.randn(10, 2 * 2000) * 2).half()  # 2000 columns: two blocks, one partial
+    results = []
+    for interpret in (True, False):
+        kernels.INTERPRET_ON_CPU = interpret
+        stream = x.clone()
+        normed, normed_scale = torch.empty(10, 256), torch.empty(10)
+        kernels.add_rms_norm(stream, residual, normed, 1e-6, out_scale=normed_scale)
+        hidden, hidden_scale = torch.empty(10, 2000), torch.empty(10)
+        kernels.gelu_mul(gate_up, hidden, out_scale=hidden_scale)
+        results.append((stream, normed, normed_scale, hidden, hidden_scale))
+    kernels.INTERPRET_ON_CPU = True
+    for name, actual, expected in zip(('stream', 'normed rows', 'normed scales',
+                                       'gelu*up rows', 'gelu*up scales'), *results):
+        close(actual, expected, 1e-3 * max(1.0, expected.abs().max().item()), f'fp8 {name}')
+    assert results[0][1].abs().amax(-1).sub(kernels.FP8_MAX).abs().max() < 1e-3
+    assert results[0][3].abs().amax(-1).sub(kernels.FP8_MAX).abs().max() < 1e-3
+
+
 def check_engine_triton_path_matches_pytorch_path():
     from pi0_ros.engine import Pi0Engine
     from pi0_ros.engine.config import EngineOptions, ModelDims

@@ -243,11 +243,12 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
 
 
 def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype,
-               *, gelu_mul: bool = False) -> torch.Tensor:
+               *, gelu_mul: bool = False, fp8_out: bool = False):
     """
     Multiply FP8 rows x8 [M,K] (e4m3, scales x_scale [M]) by an Fp8Weight [N,K], into dtype.
 
-    With gelu_mul the result is gelu_tanh(gate) * up, as in linear(). On CUDA one
+    With gelu_mul the result is gelu_tanh(gate) * up, as in linear(); with fp8_out as well,
+    it is returned as FP8 rows and their scales (the next fp8_linear's input). On CUDA one
     torch._scaled_mm with row-wise scales (FP8 tensor cores); elsewhere the same arithmetic
     dequantized to float32 (the reference).
     """
@@ -259,6 +260,12 @@ def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype
                                                 * weight.scale[:, None]).T).to(dtype)
     if not gelu_mul:
         return y
+    if fp8_out:
+        hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=torch.float8_e4m3fn,
+                             device=y.device)
+        scale = torch.empty(y.shape[0], dtype=torch.float32, device=y.device)
+        kernels.gelu_mul(y, hidden, out_scale=scale)
+        return hidden, scale
     hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=dtype, device=y.device)
     kernels.gelu_mul(y, hidden)
     return hidden

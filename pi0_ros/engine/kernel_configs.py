@@ -26,6 +26,12 @@ def _skinny(block_m, block_n, block_k, split_k, num_warps, num_stages) -> dict:
             'num_warps': num_warps, 'num_stages': num_stages}
 
 
+# With EngineOptions.prefix_fp8: the prefix MLP's down projection in FP8 as well (its input, the
+# GELU * up product, quantized to FP8 rows by the same kernel that computes it), not only gate/up.
+# Read when the weights are built. Not yet measured on a GPU.
+FP8_PREFIX_DOWN = True
+
+
 # Skinny GEMM (the action expert's projections, few rows): (n_out, k, gelu_mul) ->
 # [(max_rows, config or None), ...] in increasing max_rows; the first entry that covers the row
 # count is used; None (or no entry covering the rows) means cuBLAS was faster. A shape not

@@ -154,6 +154,30 @@ if triton is not None:
         y = gelu_tanh(gate) * up
         tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
+    @triton.jit
+    def _gelu_mul_quantize_kernel(gate_up_ptr, out_ptr, scale_ptr, n_cols, BLOCK: tl.constexpr,
+                                  USE_PDL: tl.constexpr):
+        # One row per program, two passes: the row's max |gelu(gate) * up|, then the FP8 row.
+        pdl_enter(USE_PDL)
+        row = tl.program_id(0).to(tl.int64)
+        base = gate_up_ptr + row * 2 * n_cols
+        amax = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            inside = cols < n_cols
+            gate = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
+            up = tl.load(base + n_cols + cols, mask=inside, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(gelu_tanh(gate) * up))
+        scale = tl.maximum(tl.max(amax, axis=0), 1e-12) / 448.0
+        tl.store(scale_ptr + row, scale)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            inside = cols < n_cols
+            gate = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
+            up = tl.load(base + n_cols + cols, mask=inside, other=0.0).to(tl.float32)
+            y = tl.minimum(tl.maximum(gelu_tanh(gate) * up / scale, -448.0), 448.0)
+            tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
+
 
 def sum_parts(values: torch.Tensor) -> torch.Tensor:
     """[M,N] as it is; float32 partial sums [P,M,N] added up."""
@@ -245,9 +269,23 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
     v_out.copy_(qkv[:, (heads + 1) * head_dim:].view(batch, seq, head_dim))
 
 
-def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor) -> None:
-    """Write gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] into out [M,F]."""
+def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor, out_scale: torch.Tensor = None) -> None:
+    """
+    Write gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] into out [M,F].
+
+    With out_scale (float32 [M]), out is float8_e4m3fn and receives each row divided by its
+    scale max|row| / FP8_MAX, computed in float32 (as add_rms_norm's FP8 rows).
+    """
     n_cols = out.shape[1]
+    if out_scale is not None:
+        if use_triton(gate_up):
+            _gelu_mul_quantize_kernel[(gate_up.shape[0],)](
+                gate_up, out, out_scale, n_cols, BLOCK=1024, USE_PDL=use_pdl(out),
+                num_warps=4, launch_pdl=use_pdl(out))
+            return
+        gate, up = gate_up[:, :n_cols].float(), gate_up[:, n_cols:].float()
+        quantize_rows(F.gelu(gate, approximate='tanh') * up, out, out_scale)
+        return
     if use_triton(gate_up):
         block = 1024
         _gelu_mul_kernel[(gate_up.shape[0], triton.cdiv(n_cols, block))](

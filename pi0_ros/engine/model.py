@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import gemm, kernels
+from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import attention, key_bias
 from pi0_ros.engine.config import ModelDims
 
@@ -227,6 +227,9 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     def gemma_layers(prefix, keep_last_full, fp8=False, fp8_gate_up=False):
         store = gemm.Fp8Weight.quantize if fp8 else cast
         store_gate_up = gemm.Fp8Weight.quantize if fp8 or fp8_gate_up else cast
+        store_down = (gemm.Fp8Weight.quantize if fp8 or (fp8_gate_up
+                                                         and kernel_configs.FP8_PREFIX_DOWN)
+                      else cast)
         layers = []
         for i in range(d.prefix_depth):
             p = f'{prefix}layers.{i}.'
@@ -244,7 +247,7 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
                 qkv_w=store(qkv_w * in_scale[None, :]),
                 out_w=store(g(p + 'self_attn.o_proj.weight')),
                 gate_up_w=store_gate_up(gate_up * post_scale[None, :]),
-                down_w=store(g(p + 'mlp.down_proj.weight'))))
+                down_w=store_down(g(p + 'mlp.down_proj.weight'))))
         return layers
 
     prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False,
@@ -326,6 +329,16 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     out.copy_(F.linear(normed, w.projector_w, w.projector_b).view(k, n, -1))
 
 
+def _fp8_mlp(layer, x8: torch.Tensor, x_scale: torch.Tensor, dtype: torch.dtype):
+    """Run the MLP of a layer with FP8 gate/up weights on FP8 rows x8 with row scales."""
+    if isinstance(layer.down_w, gemm.Fp8Weight):
+        hidden8, hidden_scale = gemm.fp8_linear(x8, x_scale, layer.gate_up_w, dtype,
+                                                gelu_mul=True, fp8_out=True)
+        return gemm.fp8_linear(hidden8, hidden_scale, layer.down_w, dtype)
+    return gemm.linear(gemm.fp8_linear(x8, x_scale, layer.gate_up_w, dtype, gelu_mul=True),
+                       layer.down_w)
+
+
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
@@ -339,7 +352,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
     norm and RoPE kernels add up. With fp8_mlp (gate/up weights are gemm.Fp8Weight), the
-    post-attention norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8.
+    post-attention norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8 (and
+    down too, from FP8 rows of GELU * up, when its weights are FP8).
     """
     dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
@@ -377,13 +391,13 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             kernels.add_rms_norm(stream, projected, normed8, dims.rms_norm_eps,
                                  out_scale=row_scale)
             del projected
-            hidden = gemm.fp8_linear(normed8, row_scale, layer.gate_up_w, dtype, gelu_mul=True)
+            pending = _fp8_mlp(layer, normed8, row_scale, dtype)
         else:
             kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
             del projected
             hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
-        pending = gemm.linear(hidden, layer.down_w)
-        del hidden
+            pending = gemm.linear(hidden, layer.down_w)
+            del hidden
     if final_out is not None:
         kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
     elif pending is not None:
