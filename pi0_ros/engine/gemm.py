@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import kernel_configs, kernels
-from pi0_ros.engine.kernels import FP8_MAX, triton
+from pi0_ros.engine.kernels import triton
 
 if triton is not None:
     import triton.language as tl
@@ -101,9 +101,10 @@ class Fp8Weight:
     @classmethod
     def quantize(cls, weight: torch.Tensor) -> 'Fp8Weight':
         """Per-output-channel absmax scaling of a float weight [N, K]."""
-        scale = weight.float().abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
-        data = (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        return cls(data.contiguous(), scale.contiguous())
+        data = torch.empty(weight.shape, dtype=torch.float8_e4m3fn, device=weight.device)
+        scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+        kernels.quantize_rows(weight.float(), data, scale)
+        return cls(data, scale)
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         """Return the weight as dtype [N, K] (the PyTorch path)."""
@@ -258,16 +259,19 @@ def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype
     else:
         y = ((x8.float() * x_scale[:, None]) @ (weight.data.float()
                                                 * weight.scale[:, None]).T).to(dtype)
-    if not gelu_mul:
-        return y
+    return _gelu_mul(y, fp8_out) if gelu_mul else y
+
+
+def _gelu_mul(gate_up: torch.Tensor, fp8_out: bool = False):
+    """gelu_tanh(gate) * up of a [gate | up] product, in its dtype or as FP8 rows + scales."""
+    rows, width = gate_up.shape[0], gate_up.shape[1] // 2
     if fp8_out:
-        hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=torch.float8_e4m3fn,
-                             device=y.device)
-        scale = torch.empty(y.shape[0], dtype=torch.float32, device=y.device)
-        kernels.gelu_mul(y, hidden, out_scale=scale)
+        hidden = torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=gate_up.device)
+        scale = torch.empty(rows, dtype=torch.float32, device=gate_up.device)
+        kernels.gelu_mul(gate_up, hidden, out_scale=scale)
         return hidden, scale
-    hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=dtype, device=y.device)
-    kernels.gelu_mul(y, hidden)
+    hidden = torch.empty(rows, width, dtype=gate_up.dtype, device=gate_up.device)
+    kernels.gelu_mul(gate_up, hidden)
     return hidden
 
 
@@ -289,8 +293,4 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
     if fp8:
         weight = weight.dequantize(x.dtype)
     y = F.linear(x, weight)
-    if not gelu_mul:
-        return y
-    hidden = torch.empty(y.shape[0], y.shape[1] // 2, dtype=y.dtype, device=y.device)
-    kernels.gelu_mul(y, hidden)
-    return hidden
+    return _gelu_mul(y) if gelu_mul else y

@@ -141,17 +141,20 @@ if triton is not None:
         tl.store(v_row + HALF + j, v2.to(v_ptr.dtype.element_ty), mask=j_in)
 
     @triton.jit
+    def _gelu_times_up(row_ptr, cols, inside, n_cols):
+        # float32 gelu_tanh(gate) * up of one [gate | up] row's columns.
+        gate = tl.load(row_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        up = tl.load(row_ptr + n_cols + cols, mask=inside, other=0.0).to(tl.float32)
+        return gelu_tanh(gate) * up
+
+    @triton.jit
     def _gelu_mul_kernel(gate_up_ptr, out_ptr, n_cols, BLOCK: tl.constexpr,
                          USE_PDL: tl.constexpr):
         pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = cols < n_cols
-        gate = tl.load(gate_up_ptr + row * 2 * n_cols + cols, mask=inside,
-                       other=0.0).to(tl.float32)
-        up = tl.load(gate_up_ptr + row * 2 * n_cols + n_cols + cols, mask=inside,
-                     other=0.0).to(tl.float32)
-        y = gelu_tanh(gate) * up
+        y = _gelu_times_up(gate_up_ptr + row * 2 * n_cols, cols, inside, n_cols)
         tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
     @triton.jit
@@ -165,17 +168,14 @@ if triton is not None:
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             inside = cols < n_cols
-            gate = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
-            up = tl.load(base + n_cols + cols, mask=inside, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(gelu_tanh(gate) * up))
+            amax = tl.maximum(amax, tl.abs(_gelu_times_up(base, cols, inside, n_cols)))
         scale = tl.maximum(tl.max(amax, axis=0), 1e-12) / 448.0
         tl.store(scale_ptr + row, scale)
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             inside = cols < n_cols
-            gate = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
-            up = tl.load(base + n_cols + cols, mask=inside, other=0.0).to(tl.float32)
-            y = tl.minimum(tl.maximum(gelu_tanh(gate) * up / scale, -448.0), 448.0)
+            y = _gelu_times_up(base, cols, inside, n_cols) / scale
+            y = tl.minimum(tl.maximum(y, -448.0), 448.0)
             tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
 

@@ -191,8 +191,8 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     Fusion runs in float32 (float64 for the tiny action-side products) and casts once. With
     expert_fp8, the action expert's projections are stored as FP8 with per-channel scales
     (weight-only: the denoiser streams half the bytes; activations stay in dtype). With
-    prefix_fp8, the prefix MLP's gate/up weights are FP8 with per-channel scales, multiplied by
-    FP8 activations (see _gemma_stack).
+    prefix_fp8, the prefix MLP's gate/up weights (and down, with kernel_configs.FP8_PREFIX_DOWN)
+    are FP8 with per-channel scales, multiplied by FP8 activations (see _gemma_stack).
     """
     f32 = torch.float32
 
