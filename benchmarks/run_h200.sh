@@ -14,6 +14,7 @@
 #   MLP (bench_fp8_prefix.log/.json, with --check). EXPERIMENTS=1 also runs
 #   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
+#   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -59,6 +60,11 @@ if [ "${FP8_PREFIX:-0}" = 1 ]; then
     --iters "${ITERS:-100}" --skip-lerobot --check --fp8-prefix --out /tmp/bench_fp8_prefix \
     2>&1 | tee "$OUT/bench_fp8_prefix.log"
   cp /tmp/bench_fp8_prefix/bench.json "$OUT/bench_fp8_prefix.json"
+fi
+if [ "${ABLATION:-0}" = 1 ]; then
+  # The denoiser with one kernel family left out at a time (what each costs in the graph).
+  python3 benchmarks/denoise_ablation.py --json "$OUT/denoise_ablation.json" --batches 1,8 \
+    2>&1 | tail -14
 fi
 if [ "${EXPERIMENTS:-0}" = 1 ]; then
   # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).

@@ -130,7 +130,7 @@ def tune_attention(kind: str, batch: int) -> dict:
         rows, state_rows, state_keys = suffix * heads, heads, prefix + 1
         grid = (itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3))
                 if batch == 1 else
-                itertools.product((32, 64, 128), (32, 64), (128, 256, 512, 0), (4,), (2, 3)))
+                itertools.product((32, 64, 128), (32, 64), (128, 256, 512, 0), (4, 8), (2, 3)))
     else:
         heads, prefix, suffix = 8, 816, 0
         rows, state_rows, state_keys = prefix * heads, 0, 0
@@ -186,19 +186,32 @@ def best_configs(gemm_results: list, attention_results: list) -> dict:
 
 def apply(configs: dict) -> None:
     """Set measured configurations in kernel_configs (for this process)."""
-    kernel_configs.SKINNY_LINEAR = configs['SKINNY_LINEAR']
-    kernel_configs.ATTENTION.update(configs['ATTENTION'])
+    if configs['SKINNY_LINEAR']:
+        kernel_configs.SKINNY_LINEAR = configs['SKINNY_LINEAR']
+    for kind, table in configs['ATTENTION'].items():  # measured batches replace committed ones
+        merged = dict(kernel_configs.ATTENTION[kind])
+        merged.update(dict(table))
+        kernel_configs.ATTENTION[kind] = sorted(merged.items())
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
     parser.add_argument('--apply-best', action='store_true')
+    parser.add_argument('--only', choices=('gemm', 'attention'), default=None,
+                        help='tune one family (the other keeps its committed configurations)')
+    parser.add_argument('--suffix-batches', default=None,
+                        help='comma-separated batches of the suffix attention to tune')
     args, bench_args = parser.parse_known_args(argv)
     started = time.time()
-    gemm_results = [tune_gemm(name, rows) for name in EXPERT for rows in ROWS]
-    attention_results = [tune_attention(kind, batch) for kind, batches in
-                         ATTENTION_BATCHES.items() for batch in batches]
+    suffix_batches = (tuple(int(b) for b in args.suffix_batches.split(','))
+                      if args.suffix_batches else ATTENTION_BATCHES['suffix'])
+    attention_batches = dict(ATTENTION_BATCHES, suffix=suffix_batches)
+    gemm_results = ([] if args.only == 'attention' else
+                    [tune_gemm(name, rows) for name in EXPERT for rows in ROWS])
+    attention_results = ([] if args.only == 'gemm' else
+                         [tune_attention(kind, batch) for kind, batches in
+                          attention_batches.items() for batch in batches])
     configs = best_configs(gemm_results, attention_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:

@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--fp8-prefix', action='store_true',
                         help="FP8 activations and weights for the prefix MLP's gate/up "
                              'projection (--check then reports its accuracy in bf16/fp16)')
+    parser.add_argument('--no-pipelined-upload', action='store_true',
+                        help='upload and encode all frames of a batch at once '
+                             '(EngineOptions.pipelined_upload off)')
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
@@ -129,7 +132,8 @@ def engine_options(args, max_batch: int) -> EngineOptions:
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
                          batch_buckets=tuple(buckets),
                          cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
-                         prefix_fp8=args.fp8_prefix)
+                         prefix_fp8=args.fp8_prefix,
+                         pipelined_upload=not args.no_pipelined_upload)
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:

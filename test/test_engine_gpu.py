@@ -116,6 +116,25 @@ def test_batch_buckets_match_single_calls():
         np.testing.assert_allclose(result.actions, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_pipelined_upload_equals_one_upload():
+    """Frames copied while the encoder runs on earlier ones give the same actions."""
+    engines = {flag: make_engine(precision='fp32', max_batch=4, pipelined_upload=flag)
+               for flag in (True, False)}
+    observations = [observation(seed, shape) for seed, shape in
+                    ((12, (480, 640, 3)), (13, (720, 1280, 3)), (14, (480, 640, 3)),
+                     (15, (360, 640, 3)))]
+    batch = [(f, s, 'grasp', None, n) for f, s, n in observations]
+    pipelined = engines[True]
+    uploads = []
+    original = pipelined._upload
+    pipelined._upload = lambda pending, start, stop, pipelined: (
+        uploads.append((start, stop, pipelined)) or original(pending, start, stop, pipelined))
+    results = {flag: engine.infer_batch(batch) for flag, engine in engines.items()}
+    assert uploads == [(0, 3, True), (3, 12, True)]  # a first quarter, then the rest
+    for a, b in zip(results[True], results[False]):  # vision ran as 3 + 9 frames vs 12
+        np.testing.assert_allclose(a.actions, b.actions, rtol=1e-4, atol=1e-4)
+
+
 def test_warmup_and_infer_on_a_worker_thread():
     """The node captures and replays graphs on its one worker thread."""
     pi0 = make_engine(precision='bf16')

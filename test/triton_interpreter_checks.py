@@ -66,7 +66,7 @@ def check_skinny_linear():
 
 
 def check_action_linear():
-    kernel_configs.ACTION_LINEAR_TRITON = True  # off by default (measured slower on the H200)
+    kernel_configs.ACTION_LINEAR_TRITON = True
     torch.manual_seed(5)
     for rows, depth, n_out, silu in ((50, 32, 1024, True), (50, 1024, 1024, False),
                                      (100, 1024, 32, False), (7, 64, 48, True)):
@@ -78,6 +78,19 @@ def check_action_linear():
         out = gemm.action_linear(x.view(1, rows, depth), weight, bias, silu=silu)
         assert out.shape == (1, rows, n_out) and out.dtype == torch.float32
         close(out[0], expected, 1e-4, f'action_linear {rows}x{depth}x{n_out}')
+    # Views with a batch stride (rows 1.. of each observation), written in place and as the
+    # Euler update out += scale * result.
+    stream = torch.randn(3, 9, 64)
+    weight, bias = torch.randn(32, 64) * 0.05, torch.randn(32)
+    expected = F.linear(stream[:, 1:], weight, bias)
+    target = torch.zeros(3, 9, 32)
+    gemm.action_linear(stream[:, 1:], weight, bias, out=target[:, 1:])
+    close(target[:, 1:], expected, 1e-4, 'action_linear into a strided view')
+    assert target[:, 0].abs().max().item() == 0.0, 'rows outside the view were written'
+    x_t = torch.randn(3, 8, 32)
+    updated = x_t + (-0.1) * expected
+    gemm.action_linear(stream[:, 1:], weight, bias, out=x_t, accumulate_scale=-0.1)
+    close(x_t, updated, 1e-5, 'action_linear accumulate')
 
 
 def check_fused_consumers_of_partial_sums():
@@ -194,12 +207,16 @@ def check_engine_triton_path_matches_pytorch_path():
     outputs = []
     for interpret in (True, False):
         kernels.INTERPRET_ON_CPU = interpret
+        kernel_configs.ACTION_LINEAR_TRITON = interpret  # the action side's kernels too
         engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
                                   options=EngineOptions(device='cpu', precision='fp16',
                                                         max_frame_height=120,
-                                                        max_frame_width=160))
-        outputs.append(engine.infer(frames, np.linspace(-1, 1, 6), 'pick up the cube',
-                                    noise=noise).actions)
+                                                        max_frame_width=160, max_batch=2))
+        # Two observations: the batch strides of every view (stream rows, Euler update).
+        results = engine.infer_batch([
+            (frames, np.linspace(-1, 1, 6), 'pick up the cube', None, noise),
+            (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])])
+        outputs.append(np.stack([result.actions for result in results]))
     triton_path, torch_path = (torch.from_numpy(a).flatten().double() for a in outputs)
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine

@@ -105,6 +105,9 @@ class EngineOptions:
     # projection (half of the compute-bound prefix's FLOPs) on FP8 tensor cores; CUDA GPUs of
     # compute capability 8.9+ (elsewhere emulated in float32, for tests). Off: half floats.
     prefix_fp8: bool = False
+    # With many frames to encode (several observations, CUDA): upload and encode a first
+    # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.
+    pipelined_upload: bool = True
 
     def __post_init__(self):
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):

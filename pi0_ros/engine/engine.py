@@ -23,6 +23,11 @@ from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, to
 
 PRECISIONS = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise', 'total')
+# Frames to encode above this many bytes are uploaded in two parts (EngineOptions.
+# pipelined_upload); a part above THREADED_STAGING_BYTES is copied into pinned memory by
+# several threads (fewer bytes are copied faster than threads are woken).
+PIPELINED_UPLOAD_BYTES = 8 << 20
+THREADED_STAGING_BYTES = 4 << 20
 
 
 def resolve_device(device: str) -> torch.device:
@@ -231,6 +236,7 @@ class Pi0Engine:
         self._copy_pool = (ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                               thread_name_prefix='pi0_frame_copy')
                            if self._is_cuda and (os.cpu_count() or 1) > 2 else None)
+        self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
         if self._is_cuda:
             self._events = {name: torch.cuda.Event(enable_timing=True)
                             for name in ('start', 'preprocess', 'vision', 'prefix', 'denoise')}
@@ -243,21 +249,73 @@ class Pi0Engine:
             pointers[f'_resizer.{index}'] = tensor.data_ptr()
         return pointers
 
-    def _prepare_pixels(self, sizes: list) -> None:
-        """Device frames 0..n-1 (sizes [(H, W)], equal sizes adjacent) -> self._pixels[:n]."""
+    def _prepare_pixels(self, sizes: list, offset: int = 0) -> None:
+        """Device frames offset.. (sizes [(H, W)], equal sizes adjacent) -> _pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
             start = 0
             for (height, width), group in itertools.groupby(sizes):
                 stop = start + len(list(group))
-                resize_frames(self._resizer, self._device_frames[start:stop], height, width,
-                              self._pixels[start:stop])
+                resize_frames(self._resizer, self._device_frames[offset + start:offset + stop],
+                              height, width, self._pixels[start:stop])
                 start = stop
             return
         for index, (height, width) in enumerate(sizes):
-            frame = self._device_frames[index, :height * width * 3].view(height, width, 3)
+            frame = self._device_frames[offset + index, :height * width * 3]
+            frame = frame.view(height, width, 3)
             self._resizer.resize_into(frame, self._pixels[index])
         scale_to_signed_unit(self._pixels[:count])
+
+    def _upload_groups(self, pending: list) -> list:
+        """
+        Index ranges of the pending frames, uploaded and encoded one after the other.
+
+        Many bytes (several observations): a first quarter, then the rest, whose host copies
+        and uploads overlap the first quarter's vision encoder on the GPU. Else one range.
+        """
+        count = len(pending)
+        if (not self._is_cuda or not self.options.pipelined_upload or count < 4
+                or sum(item[3].nbytes for item in pending) < PIPELINED_UPLOAD_BYTES):
+            return [(0, count)] if count else []
+        first = count // 4
+        return [(0, first), (first, count)]
+
+    def _upload(self, pending: list, start: int, stop: int, pipelined: bool) -> None:
+        """
+        Copy pending frames start..stop-1 into pinned memory and on to the device frames.
+
+        Pipelined, the uploads run on a copy stream that the compute stream then waits for
+        (so they overlap the vision encoder of earlier frames); else on the compute stream.
+        """
+        host_frames = self._host_frames.numpy()
+
+        def stage(index):
+            frame = pending[index][3]
+            size = frame.shape[0] * frame.shape[1] * 3
+            np.copyto(host_frames[index, :size].reshape(frame.shape), frame)
+            return size
+
+        # Host copies run on a few threads (numpy releases the GIL) when there are many bytes
+        # (batch 8: 22 MB). Each frame's upload is queued as soon as it is staged.
+        parallel = self._copy_pool is not None and sum(
+            item[3].nbytes for item in pending[start:stop]) >= THREADED_STAGING_BYTES
+        staged = (self._copy_pool.map(stage, range(start, stop)) if parallel
+                  else map(stage, range(start, stop)))
+        if not self._is_cuda:  # on the CPU the device frames are the host frames
+            for _ in staged:
+                pass
+            return
+        compute = torch.cuda.current_stream(self.device)
+        stream = self._copy_stream if pipelined else compute
+        # (No wait on the compute stream: nothing in this call has touched these slots, and
+        # the previous call ended with a synchronize.)
+        with torch.cuda.stream(stream):
+            for index, size in zip(range(start, stop), staged):
+                # Contiguous pinned rows: asynchronous copies, overlapping the next host copy.
+                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
+                                                        non_blocking=True)
+        if pipelined:
+            compute.wait_stream(stream)
 
     # ----------------------------------------------------------------------------------------
     # Stage bodies (each writes only into preallocated buffers: safe to capture as graphs)
@@ -375,6 +433,7 @@ class Pi0Engine:
             if self._copy_pool is not None:
                 self._copy_pool.shutdown(wait=True)
                 self._copy_pool = None
+            self._copy_stream = None
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
@@ -507,34 +566,23 @@ class Pi0Engine:
                 pending.append((slot, cam, key, frames[cam]))
         # Frames of one size next to each other: one resize launch per size on the GPU.
         pending.sort(key=lambda item: item[3].shape[:2])
-        host_frames = self._host_frames.numpy()
-
-        def stage(index):
-            frame = pending[index][3]
-            size = frame.shape[0] * frame.shape[1] * 3
-            np.copyto(host_frames[index, :size].reshape(frame.shape), frame)
-            return size
-
-        # Host copies into pinned memory run on a few threads (numpy releases the GIL): at
-        # batch 8 they are 22 MB. Each frame's upload is queued as soon as it is staged.
-        staged = (self._copy_pool.map(stage, range(len(pending))) if self._copy_pool
-                  else map(stage, range(len(pending))))
-        for index, size in enumerate(staged):
-            if self._is_cuda:  # on the CPU the device frames are the host frames
-                # Contiguous pinned rows: asynchronous copies, overlapping the next host copy.
-                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
-                                                        non_blocking=True)
-        if pending:
-            self._prepare_pixels([item[3].shape[:2] for item in pending])
-        marks = {'preprocess': time.perf_counter()}
-        if cuda:
-            self._events['preprocess'].record()
-        if pending:
-            self._run_stage('vision', len(pending))
-            for index, (slot, cam, _, _) in enumerate(pending):
-                start = cam * tokens_per_image
-                self._prefix_embeds[slot, start:start + tokens_per_image].copy_(
+        marks = {}
+        for start, stop in self._upload_groups(pending):
+            self._upload(pending, start, stop, pipelined=stop < len(pending) or start > 0)
+            self._prepare_pixels([item[3].shape[:2] for item in pending[start:stop]], start)
+            if start == 0:
+                marks['preprocess'] = time.perf_counter()
+                if cuda:
+                    self._events['preprocess'].record()
+            self._run_stage('vision', stop - start)
+            for index, (slot, cam, _, _) in enumerate(pending[start:stop]):
+                first = cam * tokens_per_image
+                self._prefix_embeds[slot, first:first + tokens_per_image].copy_(
                     self._vision_out[index])
+        if not pending:
+            marks['preprocess'] = time.perf_counter()
+            if cuda:
+                self._events['preprocess'].record()
         marks['vision'] = time.perf_counter()
         if cuda:
             self._events['vision'].record()

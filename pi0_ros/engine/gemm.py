@@ -36,10 +36,11 @@ if triton is not None:
     @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
                               k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
+                              rows_per_group, stride_xg, stride_og, accumulate_scale,
                               GELU_MUL: tl.constexpr, SILU: tl.constexpr,
                               HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
-                              PARTIAL: tl.constexpr,
-                              IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              PARTIAL: tl.constexpr, ACCUMULATE: tl.constexpr,
+                              FLOAT32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
                               LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
         block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -56,7 +57,10 @@ if triton is not None:
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         depth = start + tl.arange(0, BLOCK_K)
         row_ok = rows[:, None] < n_rows
-        x_ptrs = x_ptr + rows[:, None].to(tl.int64) * stride_xm + depth[None, :]
+        # Rows come in groups (observations of a [B, R, K] view with any batch stride).
+        group = (rows // rows_per_group).to(tl.int64)
+        member = (rows % rows_per_group).to(tl.int64)
+        x_ptrs = x_ptr + (group * stride_xg + member * stride_xm)[:, None] + depth[None, :]
         w_ptrs = w_ptr + cols[:, None] * stride_wn + depth[None, :]
         up_ptrs = w_ptrs + up_offset * stride_wn
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
@@ -65,8 +69,8 @@ if triton is not None:
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
             # FP8 weights are widened to the activations' type in registers (weight-only).
             w = tl.load(w_ptrs).to(x.dtype)
-            if IEEE:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision='ieee')
+            if FLOAT32:  # three TF32 products: float32 accuracy on the tensor cores
+                acc = tl.dot(x, tl.trans(w), acc, input_precision='tf32x3')
             else:
                 acc = tl.dot(x, tl.trans(w), acc)
             if GELU_MUL:
@@ -84,9 +88,13 @@ if triton is not None:
             acc = gelu_tanh(acc) * acc_up
         if SILU:
             acc = acc * tl.sigmoid(acc)
-        out_ptrs = out_ptr + split * stride_os + rows[:, None] * stride_om + cols[None, :]
+        out_rows = group * stride_og + member * stride_om
+        out_ptrs = out_ptr + split * stride_os + out_rows[:, None] + cols[None, :]
         if PARTIAL:
             tl.store(out_ptrs, acc, mask=row_ok)
+        elif ACCUMULATE:  # out += scale * result (float32 out)
+            previous = tl.load(out_ptrs, mask=row_ok, other=0.0)
+            tl.store(out_ptrs, previous + accumulate_scale * acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
@@ -99,11 +107,19 @@ class Fp8Weight:
     scale: torch.Tensor
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor) -> 'Fp8Weight':
-        """Per-output-channel absmax scaling of a float weight [N, K]."""
+    def quantize(cls, weight: torch.Tensor, rows_per_pass: int = 2048) -> 'Fp8Weight':
+        """
+        Per-output-channel absmax scaling of a float weight [N, K].
+
+        Rows are quantized a block at a time, so the float32 temporaries stay small (a whole
+        prefix gate/up weight at once would add ~1 GB to the engine's start-up peak).
+        """
         data = torch.empty(weight.shape, dtype=torch.float8_e4m3fn, device=weight.device)
         scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
-        kernels.quantize_rows(weight.float(), data, scale)
+        for start in range(0, weight.shape[0], rows_per_pass):
+            stop = start + rows_per_pass
+            kernels.quantize_rows(weight[start:stop].float(), data[start:stop],
+                                  scale[start:stop])
         return cls(data, scale)
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
@@ -173,33 +189,47 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
-                  gelu_mul: bool = False, silu: bool = False,
-                  config: SkinnyConfig = None) -> torch.Tensor:
+                  gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
+                  out: torch.Tensor = None, accumulate_scale: float = None) -> torch.Tensor:
     """
     Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
     Returns [M,N] in x.dtype, or float32 partial sums [split_k, M, N] when the configuration
     splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
     weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; silu
-    applies x * sigmoid(x) to the result. float32 inputs multiply in full float32 precision.
-    weight may be an Fp8Weight (weight-only FP8: widened in registers, scaled per channel).
+    applies x * sigmoid(x) to the result. float32 inputs multiply at float32 accuracy (three
+    TF32 products each). weight may be an Fp8Weight (weight-only FP8: widened in registers,
+    scaled per channel). x may also be a [B,R,K] view with any batch stride; out, if given
+    ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
+    out += accumulate_scale * result (float32).
     """
     scale = weight.scale if isinstance(weight, Fp8Weight) else None
     weight = weight.data if isinstance(weight, Fp8Weight) else weight
-    rows, depth = x.shape
+    groups, per_group, depth = x.shape if x.dim() == 3 else (1, *x.shape)
+    rows = groups * per_group
     n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
     config = config or config_for(rows, weight, gelu_mul) \
         or heuristic_config(rows, n_out, depth, gelu_mul)
     if not supports(rows, weight, config, gelu_mul) or (
-            config.split_k > 1 and (bias is not None or silu)):
+            config.split_k > 1 and (bias is not None or silu or out is not None)):
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
-                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}, bias and silu '
-                         'need split_k 1)')
+                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; bias, silu and '
+                         'out need split_k 1)')
     partial = config.split_k > 1
     if partial:
         out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
-    else:
-        out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    elif out is None:
+        out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype, device=x.device)
+    if out.shape[-1] != n_out or out.numel() != rows * n_out * config.split_k \
+            or out.stride(-1) != 1 or x.stride(-1) != 1 \
+            or (accumulate_scale is not None and out.dtype != torch.float32):
+        raise ValueError(f'skinny_linear: out {tuple(out.shape)} {out.dtype} does not fit '
+                         f'{rows} rows x {n_out} (last dims contiguous; accumulation in float32)')
+    x3 = x if x.dim() == 3 else x[None]
+    out3 = out if partial or out.dim() == 3 else out[None]
+    if not partial and tuple(out3.shape[:2]) != (groups, per_group):
+        raise ValueError(f'skinny_linear: out {tuple(out.shape)} does not match x '
+                         f'{tuple(x.shape)}')
     k_per_split = depth // config.split_k
     line_elements = 128 // weight.element_size()
     lines = k_per_split // line_elements
@@ -207,9 +237,13 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
     _skinny_linear_kernel[grid](
         x, weight, scale if scale is not None else weight, bias if bias is not None else weight,
-        out, rows, k_per_split, n_out, x.stride(0), weight.stride(0), n_out, rows * n_out,
+        out, rows, k_per_split, n_out, x3.stride(1), weight.stride(0),
+        n_out if partial else out3.stride(1), rows * n_out, per_group, x3.stride(0),
+        per_group * n_out if partial else out3.stride(0),
+        0.0 if accumulate_scale is None else float(accumulate_scale),
         GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
-        PARTIAL=partial, IEEE=x.dtype == torch.float32,
+        PARTIAL=partial, ACCUMULATE=accumulate_scale is not None,
+        FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if (kernel_configs.PREFETCH_WEIGHTS and lines > 0
                                  and lines & (lines - 1) == 0) else 0,
@@ -218,29 +252,39 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     return out
 
 
-def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                  silu: bool = False) -> torch.Tensor:
-    """
-    Float32 projection of the action side (x [..., K] -> [..., N]), SiLU optional.
+def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:
+    """Launch configuration of a float32 action-side projection (few rows, narrow columns)."""
+    return SkinnyConfig(block_m=16 if rows <= 16 or n_out <= 64 else 64, block_n=16,
+                        block_k=next(size for size in (64, 32, 16) if depth % size == 0),
+                        split_k=1, num_warps=4, num_stages=3)
 
-    On CUDA one skinny-kernel launch with the bias (and SiLU) in its epilogue, in full float32
-    precision; elsewhere (or for shapes it does not tile) PyTorch.
+
+def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  silu: bool = False, out: torch.Tensor = None,
+                  accumulate_scale: float = None) -> torch.Tensor:
     """
-    flat = x.reshape(-1, x.shape[-1])
+    Float32 projection of the action side (x [B, R, K] -> [B, R, N]), SiLU optional.
+
+    With out (a [B, R, N] view, last dim contiguous) the result is written there, or with
+    accumulate_scale added: out = out + accumulate_scale * result (the Euler update). On CUDA
+    with kernel_configs.ACTION_LINEAR_TRITON one skinny-kernel launch with the bias, SiLU and
+    the write or update in its epilogue (float32 accuracy: three TF32 products); elsewhere
+    PyTorch.
+    """
     n_out, depth = weight.shape
-    if (kernel_configs.ACTION_LINEAR_TRITON and kernels.use_triton(x) and n_out % 16 == 0
-            and depth % 16 == 0):
-        # float32 tiles: short K steps (shared memory), narrow columns (enough programs).
-        config = SkinnyConfig(block_m=64 if flat.shape[0] > 16 else 16,
-                              block_n=16 if n_out >= 1024 else next(
-                                  size for size in (64, 32, 16) if n_out % size == 0),
-                              block_k=32 if depth % 32 == 0 else 16, split_k=1, num_warps=4,
-                              num_stages=3)
-        if supports(flat.shape[0], weight, config, False):
-            out = skinny_linear(flat, weight, bias=bias, silu=silu, config=config)
-            return out.view(*x.shape[:-1], weight.shape[0])
-    out = F.linear(x, weight, bias)
-    return F.silu(out) if silu else out
+    if (kernel_configs.ACTION_LINEAR_TRITON and kernels.use_triton(x) and x.dim() == 3
+            and n_out % 16 == 0 and depth % 16 == 0 and x.stride(-1) == 1
+            and (out is None or out.stride(-1) == 1)):
+        return skinny_linear(x, weight, bias=bias, silu=silu,
+                             config=action_config(x.shape[0] * x.shape[1], n_out, depth),
+                             out=out, accumulate_scale=accumulate_scale)
+    result = F.linear(x, weight, bias)
+    if silu:
+        result = F.silu(result)
+    if out is None:
+        return result
+    out.copy_(result if accumulate_scale is None else out + accumulate_scale * result)
+    return out
 
 
 def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype,

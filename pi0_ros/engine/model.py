@@ -438,16 +438,18 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     sin = w.rope_sin[positions.view(-1)]
     # Suffix keys: the state token (sees the prefix and itself), then the action tokens.
     bias = key_bias(key_mask, extra_keys=suffix)
-    state_token = F.linear(state, w.state_w, w.state_b)[:, None, :]
-    normed = torch.empty(b, suffix, dims.expert_width, device=noise.device)
+    state_token = F.linear(state, w.state_w, w.state_b)
+    x = torch.empty(b, suffix, dims.expert_width, device=noise.device)  # the residual stream
+    normed = torch.empty_like(x)
     _, dt = euler_times(dims.num_steps)
-    x_t = noise
+    x_t = out  # integrated in place
+    x_t.copy_(noise)
     for step in range(dims.num_steps):
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
-        act = gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
-        x = torch.cat([state_token, act], dim=1)
+        gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
+        x[:, 0].copy_(state_token)
         _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
                      length, bias, state_keys=length + 1, final_out=normed)
-        velocity = gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b)
-        x_t = x_t + dt * velocity
-    out.copy_(x_t)
+        # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
+        gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
+                           accumulate_scale=dt)
