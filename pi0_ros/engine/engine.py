@@ -1,12 +1,12 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
 import itertools
-import os
 from pathlib import Path
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -24,10 +24,8 @@ from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, to
 PRECISIONS = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise', 'total')
 # Frames to encode above this many bytes are uploaded in two parts (EngineOptions.
-# pipelined_upload); a part above THREADED_STAGING_BYTES is copied into pinned memory by
-# several threads (fewer bytes are copied faster than threads are woken).
+# pipelined_upload).
 PIPELINED_UPLOAD_BYTES = 8 << 20
-THREADED_STAGING_BYTES = 4 << 20
 
 
 def resolve_device(device: str) -> torch.device:
@@ -210,13 +208,7 @@ class Pi0Engine:
         shapes = device_buffer_shapes(d, cams, max_b, o.max_frame_height, o.max_frame_width,
                                       self.dtype)
         for name, (shape, dtype) in shapes.items():
-            if name == '_device_frames' and not pin:
-                continue  # on the CPU the device frames are the host frames
             setattr(self, name, torch.zeros(shape, dtype=dtype, device=dev))
-        self._host_frames = torch.zeros(shapes['_device_frames'][0], dtype=torch.uint8,
-                                        pin_memory=pin)
-        if not pin:
-            self._device_frames = self._host_frames
         self._key_mask.fill_(True)
         self._prefix_valid.fill_(self._prefix_length)
         self._resizer = FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev)
@@ -233,9 +225,6 @@ class Pi0Engine:
                             if pin else self._chunk)
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
-        self._copy_pool = (ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
-                                              thread_name_prefix='pi0_frame_copy')
-                           if self._is_cuda and (os.cpu_count() or 1) > 2 else None)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
         if self._is_cuda:
             self._events = {name: torch.cuda.Event(enable_timing=True)
@@ -282,40 +271,26 @@ class Pi0Engine:
 
     def _upload(self, pending: list, start: int, stop: int, pipelined: bool) -> None:
         """
-        Copy pending frames start..stop-1 into pinned memory and on to the device frames.
+        Copy pending frames start..stop-1 from their numpy arrays into the device frames.
 
-        Pipelined, the uploads run on a copy stream that the compute stream then waits for
-        (so they overlap the vision encoder of earlier frames); else on the compute stream.
+        Straight from the arrays (pageable memory; CUDA stages the bytes, and each copy has
+        read its array when it returns): measured faster on the H200 host than a copy into
+        pinned memory first, on one thread or several (benchmarks/h200_session4/upload_ab.json).
+        Pipelined, the copies run on a copy stream that the compute stream then waits for, so
+        they overlap the vision encoder of earlier frames.
         """
-        host_frames = self._host_frames.numpy()
-
-        def stage(index):
-            frame = pending[index][3]
-            size = frame.shape[0] * frame.shape[1] * 3
-            np.copyto(host_frames[index, :size].reshape(frame.shape), frame)
-            return size
-
-        # Host copies run on a few threads (numpy releases the GIL) when there are many bytes
-        # (batch 8: 22 MB). Each frame's upload is queued as soon as it is staged.
-        parallel = self._copy_pool is not None and sum(
-            item[3].nbytes for item in pending[start:stop]) >= THREADED_STAGING_BYTES
-        staged = (self._copy_pool.map(stage, range(start, stop)) if parallel
-                  else map(stage, range(start, stop)))
-        if not self._is_cuda:  # on the CPU the device frames are the host frames
-            for _ in staged:
-                pass
-            return
-        compute = torch.cuda.current_stream(self.device)
-        stream = self._copy_stream if pipelined else compute
-        # (No wait on the compute stream: nothing in this call has touched these slots, and
-        # the previous call ended with a synchronize.)
-        with torch.cuda.stream(stream):
-            for index, size in zip(range(start, stop), staged):
-                # Contiguous pinned rows: asynchronous copies, overlapping the next host copy.
-                self._device_frames[index, :size].copy_(self._host_frames[index, :size],
-                                                        non_blocking=True)
+        compute = torch.cuda.current_stream(self.device) if self._is_cuda else None
+        pipelined = pipelined and self._is_cuda
+        with torch.cuda.stream(self._copy_stream) if pipelined else contextlib.nullcontext(), \
+                warnings.catch_warnings():
+            # Frames decoded from ROS messages are read-only views; they are only read here.
+            warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
+            for index in range(start, stop):
+                frame = np.ascontiguousarray(pending[index][3])
+                self._device_frames[index, :frame.size].copy_(
+                    torch.from_numpy(frame).view(-1), non_blocking=self._is_cuda)
         if pipelined:
-            compute.wait_stream(stream)
+            compute.wait_stream(self._copy_stream)
 
     # ----------------------------------------------------------------------------------------
     # Stage bodies (each writes only into preallocated buffers: safe to capture as graphs)
@@ -430,9 +405,6 @@ class Pi0Engine:
                 setattr(self, name, None)
             self.weights = None
             self._resizer = None
-            if self._copy_pool is not None:
-                self._copy_pool.shutdown(wait=True)
-                self._copy_pool = None
             self._copy_stream = None
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
