@@ -35,8 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--device', default='auto', help="'auto', 'cpu', 'cuda' or 'cuda:N'")
     parser.add_argument('--batches', default='1', help='comma-separated batch sizes to sweep')
     parser.add_argument('--buckets', default='',
-                        help='comma-separated batch buckets of the sweep engine (default: powers '
-                             'of two up to the largest batch)')
+                        help='comma-separated batch buckets of the sweep engine (default: the '
+                             "engine's, every size up to 8 then multiples of 4)")
     parser.add_argument('--iters', type=int, default=50, help='timed calls per batch size')
     parser.add_argument('--warmup-iters', type=int, default=3)
     parser.add_argument('--lerobot-iters', type=int, default=20)

@@ -7,6 +7,7 @@ import torch
 
 from pi0_ros.engine import (EngineError, EngineOptions, InferenceResult, InputError, ModelDims,
                             NonFiniteOutputError, Pi0Engine)
+from pi0_ros.engine.engine import batch_buckets
 
 DIMS = ModelDims.tiny()
 CPU = EngineOptions(device='cpu')
@@ -177,6 +178,21 @@ def test_chosen_batch_buckets_pad_to_the_next_bucket(monkeypatch):
     for result, (frames, state, noise) in zip(batch, observations):
         expected = single.infer(frames, state, 'grasp', noise=noise).actions
         np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_default_buckets_hold_every_size_up_to_8_then_multiples_of_4():
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(6) == [1, 2, 3, 4, 5, 6]
+    assert batch_buckets(16) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16]
+    assert batch_buckets(18) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 18]
+    assert batch_buckets(16, (1, 4, 16)) == [1, 4, 16]
+    pi0 = make_engine(max_batch=3)
+    sizes = []
+    run_stage = pi0._run_stage
+    pi0._run_stage = lambda stage, size: sizes.append((stage, size)) or run_stage(stage, size)
+    observations = [observation(seed) for seed in (22, 23, 24)]
+    pi0.infer_batch([(f, s, 'grasp', None, n) for f, s, n in observations])
+    assert ('prefix', 3) in sizes  # three observations run as three, not padded
 
 
 def test_batch_limits():

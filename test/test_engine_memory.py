@@ -75,8 +75,8 @@ def test_estimate_reports_parts_in_gib():
 def test_chosen_buckets_size_the_workspace_by_the_largest():
     chosen = estimate_memory(FULL, 3, EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)),
                              torch.bfloat16)
-    powers = estimate_memory(FULL, 3, EngineOptions(max_batch=6), torch.bfloat16)
-    assert chosen == powers  # [1, 2, 4, 6] and [1, 3, 6] both end at 6
+    default = estimate_memory(FULL, 3, EngineOptions(max_batch=6), torch.bfloat16)
+    assert chosen == default  # [1, ..., 6] and [1, 3, 6] both end at 6
     assert chosen.workspace == workspace_bytes(FULL, 3, 6, torch.bfloat16)
     planned = plan_max_batch(chosen.total, FULL, 3,
                              EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)), torch.bfloat16)

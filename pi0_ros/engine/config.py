@@ -90,9 +90,9 @@ class EngineOptions:
     device: str = 'auto'
     max_batch: int = 1
     # Static batch sizes (one CUDA graph each; a batch runs in the smallest bucket that holds
-    # it). Empty: powers of two below max_batch, and max_batch. Since the prefix costs the same
-    # per observation at every size, a bucket per expected robot count (e.g. (1, 2, 3, 4, 6))
-    # avoids paying for padding slots; each bucket adds graphs and start-up time.
+    # it). Empty: every size up to 8, then every multiple of 4, and max_batch (the prefix costs
+    # the same per observation at every size, so padding slots cost as much as robots). Fewer
+    # buckets (e.g. (1, 2, 4)) start faster; each bucket adds graphs and start-up time.
     batch_buckets: tuple = ()
     cuda_graphs: bool = True
     max_frame_height: int = 1080

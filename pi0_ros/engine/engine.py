@@ -77,15 +77,18 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
 
 
 def batch_buckets(max_batch: int, chosen=()) -> list:
-    """Return the static batch sizes: chosen if given, else powers of two and max_batch."""
+    """
+    Return the static batch sizes: chosen, or every size to 8, multiples of 4, max_batch.
+
+    A batch runs in the smallest bucket that holds it and every padded slot costs a full
+    observation's prefix (H200: batch 3 took 31.96 ms in a bucket of 3, 37.44 ms in one of 4),
+    while a bucket costs only its CUDA graphs' capture at start-up.
+    """
     if chosen:
         return list(chosen)
-    buckets = []
-    size = 1
-    while size < max_batch:
-        buckets.append(size)
-        size *= 2
-    buckets.append(max_batch)
+    buckets = [size for size in range(1, max_batch + 1) if size <= 8 or size % 4 == 0]
+    if buckets[-1] != max_batch:
+        buckets.append(max_batch)
     return buckets
 
 
