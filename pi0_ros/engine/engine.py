@@ -284,6 +284,11 @@ class Pi0Engine:
         """
         compute = torch.cuda.current_stream(self.device) if self._is_cuda else None
         pipelined = pipelined and self._is_cuda
+        if pipelined and start == 0:
+            # Whatever the compute stream still holds from before this call (nothing after a
+            # completed call) finishes before the copies overwrite the device frames; the
+            # later parts' copies then overlap the encoder of the first.
+            self._copy_stream.wait_stream(compute)
         with torch.cuda.stream(self._copy_stream) if pipelined else contextlib.nullcontext(), \
                 warnings.catch_warnings():
             # Frames decoded from ROS messages are read-only views; they are only read here.
