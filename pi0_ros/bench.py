@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--fp8-prefix', action='store_true',
                         help="FP8 activations and weights for the prefix MLP's gate/up "
                              'projection (--check then reports its accuracy in bf16/fp16)')
+    parser.add_argument('--fp8-prefix-layers', default='',
+                        help='with --fp8-prefix: comma-separated prefix layer indices whose MLP '
+                             'runs in FP8 (default: every layer with an MLP)')
     parser.add_argument('--no-pipelined-upload', action='store_true',
                         help='upload and encode all frames of a batch at once '
                              '(EngineOptions.pipelined_upload off)')
@@ -125,6 +128,13 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
     return summary
 
 
+def prefix_fp8_options(args, precision: str = None) -> dict:
+    """Return the EngineOptions fields of --fp8-prefix and --fp8-prefix-layers (off for fp32)."""
+    on = args.fp8_prefix and precision != 'fp32'
+    layers = tuple(int(i) for i in args.fp8_prefix_layers.split(',') if i.strip())
+    return {'prefix_fp8': on, 'prefix_fp8_layers': layers if on else ()}
+
+
 def engine_options(args, max_batch: int) -> EngineOptions:
     """Options shared by every engine the benchmark builds."""
     buckets = sorted({int(b) for b in args.buckets.split(',') if b.strip()
@@ -132,8 +142,8 @@ def engine_options(args, max_batch: int) -> EngineOptions:
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
                          batch_buckets=tuple(buckets),
                          cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
-                         prefix_fp8=args.fp8_prefix,
-                         pipelined_upload=not args.no_pipelined_upload)
+                         pipelined_upload=not args.no_pipelined_upload,
+                         **prefix_fp8_options(args))
 
 
 def bench_engine(args, dims: ModelDims, batches: list) -> dict:
@@ -241,7 +251,7 @@ def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
     options = EngineOptions(precision=precision, device=args.device, max_batch=max_batch,
                             cuda_graphs=not args.no_cuda_graphs,
                             expert_fp8=args.fp8_expert and precision != 'fp32',
-                            prefix_fp8=args.fp8_prefix and precision != 'fp32')
+                            **prefix_fp8_options(args, precision))
     return Pi0Engine(lerobot_tensor_getter(policy), dims, state_dim=args.state_dim,
                      action_dim=args.action_dim, num_cameras=args.cameras, options=options,
                      state_stats=NormStats.identity(args.state_dim),
@@ -336,8 +346,8 @@ def profile_kernels(args, dims: ModelDims, out: Path, batch: int = 1) -> None:
     """torch.profiler table (CUDA time per kernel) of one eager call of `batch` observations."""
     from torch.profiler import profile, ProfilerActivity
     options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False,
-                            expert_fp8=args.fp8_expert, prefix_fp8=args.fp8_prefix,
-                            max_batch=batch)
+                            expert_fp8=args.fp8_expert, max_batch=batch,
+                            **prefix_fp8_options(args))
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
                               num_cameras=args.cameras, options=options)
     frames = make_frames(args, batch, seed=3)

@@ -6,6 +6,7 @@ The Triton kernels against float32 references.
 On the CPU through Triton's interpreter (each check in triton_interpreter_checks.py, in a
 subprocess: the interpreter is chosen when triton is imported); on the GPU at Pi0's full shapes.
 """
+import dataclasses
 import os
 from pathlib import Path
 import subprocess
@@ -143,6 +144,36 @@ def test_engine_with_fp8_prefix_mlp_stays_close_to_half_precision():
         assert expert_kinds == {'Tensor'}
         outputs.append(actions)
     assert_close_but_not_equal(*outputs)
+
+
+def test_fp8_prefix_mlp_in_chosen_layers_only():
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    dims = dataclasses.replace(ModelDims.tiny(), prefix_depth=4, expert_depth=4)
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(0, 256, (96, 128, 3), dtype=np.uint8) for _ in range(3)]
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    outputs = {}
+    for layers in ((), (1,), (0, 1, 2)):
+        engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                                  options=EngineOptions(device='cpu', precision='bf16',
+                                                        max_frame_height=96, max_frame_width=128,
+                                                        prefix_fp8=bool(layers),
+                                                        prefix_fp8_layers=layers))
+        kinds = [type(layer.gate_up_w).__name__ for layer in engine.weights.prefix_layers[:3]]
+        assert kinds == ['Fp8Weight' if i in layers else 'Tensor' for i in range(3)]
+        outputs[layers] = torch.from_numpy(
+            engine.infer(frames, np.zeros(6), 'pick', noise=noise).actions).flatten().double()
+    assert_close_but_not_equal(outputs[()], outputs[(1,)])
+    assert not torch.equal(outputs[(1,)], outputs[(0, 1, 2)])
+    with pytest.raises(ValueError, match='MLP layers 0..2'):  # layer 3 only writes K/V
+        Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                         options=EngineOptions(device='cpu', prefix_fp8=True,
+                                               prefix_fp8_layers=(3,)))
+    for bad in ({'prefix_fp8_layers': (1,)}, {'prefix_fp8': True, 'prefix_fp8_layers': (2, 1)}):
+        with pytest.raises(ValueError, match='prefix_fp8_layers'):
+            EngineOptions(**bad)
 
 
 @pytest.mark.gpu

@@ -44,6 +44,9 @@ def test_full_model_weights_and_fp8_expert():
     saved = mlps * (3 * FULL.prefix_width * FULL.prefix_mlp_dim  # gate/up and down, 1 byte less
                     - 4 * (2 * FULL.prefix_mlp_dim + FULL.prefix_width))  # float32 scales
     assert bf16 - prefix == saved
+    half = weight_bytes(FULL, 3, torch.bfloat16, prefix_fp8=True,
+                        prefix_fp8_layers=tuple(range(0, mlps, 2)))
+    assert bf16 - half == saved // mlps * len(range(0, mlps, 2))
 
 
 def test_workspace_is_linear_in_the_batch_and_dominated_by_the_prefix_mlp():

@@ -105,6 +105,9 @@ class EngineOptions:
     # projection (half of the compute-bound prefix's FLOPs) on FP8 tensor cores; CUDA GPUs of
     # compute capability 8.9+ (elsewhere emulated in float32, for tests). Off: half floats.
     prefix_fp8: bool = False
+    # With prefix_fp8: the prefix layers (indices from 0) whose MLP runs in FP8; empty: all of
+    # them. Fewer layers give back accuracy for speed (benchmarks/README.md, FP8 prefix).
+    prefix_fp8_layers: tuple = ()
     # With many frames to encode (several observations, CUDA): upload and encode a first
     # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.
     pipelined_upload: bool = True
@@ -124,6 +127,13 @@ class EngineOptions:
                         or list(buckets) != sorted(set(buckets)) or buckets[-1] != self.max_batch):
             raise ValueError('batch_buckets must be increasing positive integers ending at '
                              f'max_batch ({self.max_batch}), got {self.batch_buckets!r}')
+        layers = tuple(self.prefix_fp8_layers)
+        if layers and (not self.prefix_fp8
+                       or any(isinstance(i, bool) or not isinstance(i, int) or i < 0
+                              for i in layers)
+                       or list(layers) != sorted(set(layers))):
+            raise ValueError('prefix_fp8_layers must be increasing layer indices (>= 0) and '
+                             f'needs prefix_fp8, got {self.prefix_fp8_layers!r}')
         if self.max_frame_height < 1 or self.max_frame_width < 1:
             raise ValueError('max_frame_height and max_frame_width must be >= 1')
 

@@ -124,6 +124,10 @@ class Pi0Engine:
             raise ValueError(f'action_dim must be in 1..{dims.max_action_dim}, got {action_dim}')
         if num_cameras < 1:
             raise ValueError(f'num_cameras must be >= 1, got {num_cameras}')
+        if any(index >= dims.prefix_depth - 1 for index in options.prefix_fp8_layers):
+            # The last prefix layer only writes K/V: it has no MLP.
+            raise ValueError(f'prefix_fp8_layers must be MLP layers 0..{dims.prefix_depth - 2}, '
+                             f'got {options.prefix_fp8_layers}')
         self.dims = dims
         self.options = options
         self.state_dim = state_dim
@@ -157,7 +161,8 @@ class Pi0Engine:
         with torch.inference_mode(False), torch.no_grad():
             self.weights = build_weights(get_tensor, dims, self.dtype, self.device,
                                          self._prefix_length, expert_fp8=options.expert_fp8,
-                                         prefix_fp8=options.prefix_fp8)
+                                         prefix_fp8=options.prefix_fp8,
+                                         prefix_fp8_layers=options.prefix_fp8_layers)
             self._allocate()
         self._slot_instructions = [None] * options.max_batch
         self._slot_frame_keys = [[None] * num_cameras for _ in range(options.max_batch)]

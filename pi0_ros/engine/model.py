@@ -184,7 +184,7 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
 
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
                   prefix_length: int, expert_fp8: bool = False,
-                  prefix_fp8: bool = False) -> Pi0Weights:
+                  prefix_fp8: bool = False, prefix_fp8_layers=()) -> Pi0Weights:
     """
     Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
 
@@ -192,7 +192,8 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     expert_fp8, the action expert's projections are stored as FP8 with per-channel scales
     (weight-only: the denoiser streams half the bytes; activations stay in dtype). With
     prefix_fp8, the prefix MLP's gate/up weights (and down, with kernel_configs.FP8_PREFIX_DOWN)
-    are FP8 with per-channel scales, multiplied by FP8 activations (see _gemma_stack).
+    are FP8 with per-channel scales, multiplied by FP8 activations (see _gemma_stack), in the
+    layers prefix_fp8_layers (all if empty).
     """
     f32 = torch.float32
 
@@ -224,15 +225,16 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
     proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
 
-    def gemma_layers(prefix, keep_last_full, fp8=False, fp8_gate_up=False):
+    def gemma_layers(prefix, keep_last_full, fp8=False, fp8_mlp_layers=()):
         store = gemm.Fp8Weight.quantize if fp8 else cast
-        store_gate_up = gemm.Fp8Weight.quantize if fp8 or fp8_gate_up else cast
-        store_down = (gemm.Fp8Weight.quantize if fp8 or (fp8_gate_up
-                                                         and kernel_configs.FP8_PREFIX_DOWN)
-                      else cast)
         layers = []
         for i in range(d.prefix_depth):
             p = f'{prefix}layers.{i}.'
+            fp8_mlp = i in fp8_mlp_layers
+            store_gate_up = gemm.Fp8Weight.quantize if fp8 or fp8_mlp else cast
+            store_down = (gemm.Fp8Weight.quantize if fp8 or (fp8_mlp
+                                                             and kernel_configs.FP8_PREFIX_DOWN)
+                          else cast)
             in_scale = 1.0 + g(p + 'input_layernorm.weight')
             last_kv_only = (i == d.prefix_depth - 1) and not keep_last_full
             names = 'kv' if last_kv_only else 'qkv'
@@ -250,8 +252,10 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
                 down_w=store_down(g(p + 'mlp.down_proj.weight'))))
         return layers
 
-    prefix_layers = gemma_layers(LANGUAGE_PREFIX, keep_last_full=False,
-                                 fp8_gate_up=prefix_fp8)
+    prefix_layers = gemma_layers(
+        LANGUAGE_PREFIX, keep_last_full=False,
+        fp8_mlp_layers=(set(prefix_fp8_layers or range(d.prefix_depth)) if prefix_fp8
+                        else ()))
     expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True, fp8=expert_fp8)
 
     # Action side (float32, tiny): fold action_in_proj into the action half of action_time_mlp_in
@@ -351,9 +355,9 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     state_keys, the first token's queries see only keys before state_keys. A layer without
     out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
-    norm and RoPE kernels add up. With fp8_mlp (gate/up weights are gemm.Fp8Weight), the
-    post-attention norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8 (and
-    down too, from FP8 rows of GELU * up, when its weights are FP8).
+    norm and RoPE kernels add up. With fp8_mlp, in each layer whose gate/up weights are a
+    gemm.Fp8Weight the post-attention norm writes FP8 rows with row scales and gate/up runs as
+    FP8 x FP8 (and down too, from FP8 rows of GELU * up, when its weights are FP8).
     """
     dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
@@ -387,7 +391,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                              state_rows=heads if state_keys else 0, state_keys=state_keys)
         projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w)
         del attended
-        if fp8_mlp:
+        if fp8_mlp and isinstance(layer.gate_up_w, gemm.Fp8Weight):
             kernels.add_rms_norm(stream, projected, normed8, dims.rms_norm_eps,
                                  out_scale=row_scale)
             del projected
@@ -418,7 +422,8 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     sin = w.rope_sin[:length].repeat(b, 1)
     _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
                  key_bias(key_mask),
-                 fp8_mlp=isinstance(w.prefix_layers[0].gate_up_w, gemm.Fp8Weight))
+                 fp8_mlp=any(isinstance(layer.gate_up_w, gemm.Fp8Weight)
+                             for layer in w.prefix_layers))
 
 
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
