@@ -11,7 +11,8 @@
 #   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). BATCHES (sweep), PROFILE_BATCHES
 #   (kernel tables), MEMORY_SWEEP (max_batch values whose peak memory is measured against the
 #   planner's estimate) set the benchmark's sweeps. FP8_PREFIX=1 also benchmarks the FP8 prefix
-#   MLP (bench_fp8_prefix.log/.json, with --check). EXPERIMENTS=1 also runs
+#   MLP (bench_fp8_prefix.log/.json, with --check), in the layers FP8_PREFIX_LAYERS (e.g.
+#   8,9,10,11,12,13,14,15,16; default all). EXPERIMENTS=1 also runs
 #   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 #   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
@@ -57,7 +58,8 @@ fi
 if [ "${FP8_PREFIX:-0}" = 1 ]; then
   # FP8 activations + weights for the prefix MLP's gate/up: speed at batch 1 and 8, accuracy.
   python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
-    --iters "${ITERS:-100}" --skip-lerobot --check --fp8-prefix --out /tmp/bench_fp8_prefix \
+    --iters "${ITERS:-100}" --skip-lerobot --check --fp8-prefix \
+    --fp8-prefix-layers "${FP8_PREFIX_LAYERS:-}" --out /tmp/bench_fp8_prefix \
     2>&1 | tee "$OUT/bench_fp8_prefix.log"
   cp /tmp/bench_fp8_prefix/bench.json "$OUT/bench_fp8_prefix.json"
 fi
