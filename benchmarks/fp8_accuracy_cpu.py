@@ -116,19 +116,17 @@ def main() -> None:
                              'ranges of layers, e.g. 1-16,4-16')
     args = parser.parse_args()
     variants = dict(VARIANTS)
+    ranges = []  # names of the --fp8-layer-ranges variants
     for spec in filter(None, args.fp8_layer_ranges.split(',')):
         first, last = (int(v) for v in spec.split('-'))
-        variants[f'bf16 + fp8 prefix MLP, layers {first}-{last}'] = (
-            {'precision': 'bf16', 'prefix_fp8': True,
-             'prefix_fp8_layers': tuple(range(first, last + 1))}, True)
+        ranges.append(f'bf16 + fp8 prefix MLP, layers {first}-{last}')
+        variants[ranges[-1]] = ({'precision': 'bf16', 'prefix_fp8': True,
+                                 'prefix_fp8_layers': tuple(range(first, last + 1))}, True)
     if args.group_size:
         variants[f'bf16 + fp8 prefix gate/up + down in 1x{args.group_size} groups (emulated)'] = (
             {'precision': 'bf16', 'prefix_fp8': True}, True)
-    if args.only or args.fp8_layer_ranges:
-        keep = {'fp32', *args.only.split('|'),
-                *(name for name in variants if 'layers' in name and any(
-                    name.endswith(f'layers {spec}') for spec in args.fp8_layer_ranges.split(',')
-                    if spec))}
+    if args.only or ranges:
+        keep = {'fp32', *args.only.split('|'), *ranges}
         variants = {k: v for k, v in variants.items() if k in keep}
     dims = ModelDims.full()
     seeds = [int(s) for s in args.seeds.split(',')]

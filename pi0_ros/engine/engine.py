@@ -552,8 +552,9 @@ class Pi0Engine:
         # Frames of one size next to each other: one resize launch per size on the GPU.
         pending.sort(key=lambda item: item[3].shape[:2])
         marks = {}
-        for start, stop in self._upload_groups(pending):
-            self._upload(pending, start, stop, pipelined=stop < len(pending) or start > 0)
+        groups = self._upload_groups(pending)
+        for start, stop in groups:
+            self._upload(pending, start, stop, pipelined=len(groups) > 1)
             self._prepare_pixels([item[3].shape[:2] for item in pending[start:stop]], start)
             if start == 0:
                 marks['preprocess'] = time.perf_counter()
