@@ -39,7 +39,7 @@ if [ "${PDL_AB:-0}" = 1 ]; then
     | tee "$OUT/bench_nopdl.log"
 fi
 if [ -n "${VARIANT:-}" ]; then
-  # The engine with other kernel switches (e.g. VARIANT='--kernel-config PREFETCH_WEIGHTS=1').
+  # The engine with other kernel switches (e.g. VARIANT='--kernel-config PREFETCH_WEIGHTS_MAX_ROWS=0').
   # shellcheck disable=SC2086
   python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
     --iters "${ITERS:-100}" --skip-lerobot $VARIANT --out /tmp/bench_variant 2>&1 \

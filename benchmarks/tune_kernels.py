@@ -6,12 +6,13 @@ Time the Triton kernels' launch configurations at Pi0's shapes, inside CUDA grap
 Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down) at 51, 102,
 204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
 kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
-the prefix (6528 rows, 816 keys) at batch 1 and 8. Every candidate is checked against a float32
-reference, then timed as a CUDA graph of repeated calls over as many weight copies as it takes
-to miss the L2 cache (as the 18 layers do). Writes JSON (all timings and the best
-configurations, in kernel_configs' format); with --apply-best, sets them in
-pi0_ros.engine.kernel_configs and runs the engine benchmark (pi0_ros.bench) with the remaining
-arguments in this process.
+the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TMA tiles):
+the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Every candidate
+is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
+many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
+timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
+in pi0_ros.engine.kernel_configs and runs the engine benchmark (pi0_ros.bench) with the
+remaining arguments in this process.
 """
 import argparse
 import itertools
@@ -27,6 +28,9 @@ from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
           'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
 ROWS = (51, 102, 204, 408)
+# The GELU * up GEMM: the prefix MLP (816 rows per observation, batch 1-16), the expert's
+# gate/up at batch 16 (816 rows).
+GELU_MUL_GEMM_SHAPES = {(16384, 2048): (816, 1632, 3264, 6528, 13056), (4096, 1024): (816,)}
 ATTENTION_BATCHES = {'suffix': (1, 2, 4, 8, 16), 'prefix': (1, 8)}
 L2_BYTES = 120 << 20
 
@@ -113,6 +117,50 @@ def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
     return result
 
 
+def gelu_mul_gemm_candidates():
+    """Tiles of the GELU * up GEMM whose pipeline stages fit in shared memory."""
+    for block_m, block_n, block_k, warps, stages in itertools.product(
+            (64, 128), (64, 128), (64, 128), (4, 8), (3, 4)):
+        if (block_m + 2 * block_n) * block_k * 2 * stages > 200 * 1024:
+            continue
+        if block_m * block_n >= 128 * 128 and warps == 4:
+            continue  # two 128 x 128 float32 accumulators need 8 warps' registers
+        yield gemm.SkinnyConfig(block_m, block_n, block_k, 1, warps, stages)
+
+
+def tune_gelu_mul_gemm(n_out: int, depth: int, rows: int, dtype=torch.bfloat16) -> dict:
+    """Time the GELU * up GEMM's candidates against cuBLAS + the GELU * up kernel."""
+    copies = max(2, -(-L2_BYTES // (2 * n_out * depth * 2)))
+    weights = [torch.randn(2 * n_out, depth, dtype=dtype, device='cuda') * 0.03
+               for _ in range(copies)]
+    x = torch.randn(rows, depth, dtype=dtype, device='cuda')
+    product = x.float() @ weights[0].float().T
+    reference = F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+    del product
+    scale = reference.abs().max().item()
+    result = {'n_out': n_out, 'k': depth, 'rows': rows,
+              'cublas_us': time_graph([lambda w=w: gemm._gelu_mul(F.linear(x, w))
+                                       for w in weights], repeats=5), 'configs': []}
+    for config in gelu_mul_gemm_candidates():
+        try:
+            out = gemm.gelu_mul_gemm(x, weights[0], config).float()
+            error = (out - reference).abs().max().item() / scale
+            del out
+            micros = time_graph([lambda w=w: gemm.gelu_mul_gemm(x, w, config)
+                                 for w in weights], repeats=5)
+        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
+            print(f'  gelu_mul_gemm {rows} {config}: failed ({type(failure).__name__})')
+            continue
+        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
+    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
+    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
+    best = result['best']
+    print(f'gelu_mul_gemm {n_out}x{depth} rows {rows:5d}: cuBLAS + GELU*up '
+          f'{result["cublas_us"]:8.2f} us, best {best["us"] if best else float("nan"):8.2f} us '
+          f'{best["config"] if best else ""}', flush=True)
+    return result
+
+
 def attention_problem(batch, rows, prefix, suffix, dim=256, layers=18, dtype=torch.bfloat16):
     length = prefix + suffix
     q = torch.randn(batch, rows, dim, dtype=dtype, device='cuda')
@@ -168,8 +216,14 @@ def tune_attention(kind: str, batch: int) -> dict:
     return result
 
 
-def best_configs(gemm_results: list, attention_results: list) -> dict:
+def best_configs(gemm_results: list, attention_results: list,
+                 gelu_mul_results: list = ()) -> dict:
     """Return kernel_configs values: per shape, rows -> config (None = cuBLAS is faster)."""
+    wide = {}
+    for result in sorted(gelu_mul_results, key=lambda r: r['rows']):
+        best = result['best']
+        choice = best['config'] if best and best['us'] < result['cublas_us'] else None
+        wide.setdefault((result['n_out'], result['k']), []).append((result['rows'], choice))
     skinny = {}
     for result in sorted(gemm_results, key=lambda r: r['rows']):
         key = (result['n_out'], result['k'], result['gelu_mul'])
@@ -181,13 +235,15 @@ def best_configs(gemm_results: list, attention_results: list) -> dict:
         if result['best'] is not None:
             attention_configs.setdefault(result['kind'], []).append(
                 (result['batch'], result['best']['config']))
-    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs}
+    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs, 'GELU_MUL_GEMM': wide}
 
 
 def apply(configs: dict) -> None:
     """Set measured configurations in kernel_configs (for this process)."""
     if configs['SKINNY_LINEAR']:
         kernel_configs.SKINNY_LINEAR = configs['SKINNY_LINEAR']
+    if configs.get('GELU_MUL_GEMM'):
+        kernel_configs.GELU_MUL_GEMM = configs['GELU_MUL_GEMM']
     for kind, table in configs['ATTENTION'].items():  # measured batches replace committed ones
         merged = dict(kernel_configs.ATTENTION[kind])
         merged.update(dict(table))
@@ -198,8 +254,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
     parser.add_argument('--apply-best', action='store_true')
-    parser.add_argument('--only', choices=('gemm', 'attention'), default=None,
-                        help='tune one family (the other keeps its committed configurations)')
+    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention'), default=None,
+                        help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
                         help='comma-separated batches of the suffix attention to tune')
     args, bench_args = parser.parse_known_args(argv)
@@ -207,18 +263,28 @@ def main(argv=None):
     suffix_batches = (tuple(int(b) for b in args.suffix_batches.split(','))
                       if args.suffix_batches else ATTENTION_BATCHES['suffix'])
     attention_batches = dict(ATTENTION_BATCHES, suffix=suffix_batches)
-    gemm_results = ([] if args.only == 'attention' else
-                    [tune_gemm(name, rows) for name in EXPERT for rows in ROWS])
-    attention_results = ([] if args.only == 'gemm' else
-                         [tune_attention(kind, batch) for kind, batches in
-                          attention_batches.items() for batch in batches])
-    configs = best_configs(gemm_results, attention_results)
+
+    def wanted(family):
+        return args.only in (None, family)
+
+    gemm_results = ([tune_gemm(name, rows) for name in EXPERT for rows in ROWS]
+                    if wanted('gemm') else [])
+    gelu_mul_results = ([tune_gelu_mul_gemm(n_out, depth, rows)
+                         for (n_out, depth), row_counts in GELU_MUL_GEMM_SHAPES.items()
+                         for rows in row_counts] if wanted('gelu_mul_gemm') else [])
+    attention_results = ([tune_attention(kind, batch) for kind, batches in
+                          attention_batches.items() for batch in batches]
+                         if wanted('attention') else [])
+    configs = best_configs(gemm_results, attention_results, gelu_mul_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:
         json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
                    'gemm': gemm_results, 'attention': attention_results,
+                   'gelu_mul_gemm': gelu_mul_results,
                    'best': {'SKINNY_LINEAR': [[list(key), value] for key, value in
                                               configs['SKINNY_LINEAR'].items()],
+                            'GELU_MUL_GEMM': [[list(key), value] for key, value in
+                                              configs['GELU_MUL_GEMM'].items()],
                             'ATTENTION': configs['ATTENTION']}}, stream, indent=1)
     if args.apply_best:
         apply(configs)

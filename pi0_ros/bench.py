@@ -60,8 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
-                        help='set a switch in pi0_ros.engine.kernel_configs (0/1), e.g. '
-                             'PREFETCH_WEIGHTS=1; repeatable')
+                        help='set a switch (0/1) or number in pi0_ros.engine.kernel_configs, '
+                             'e.g. PREFETCH_WEIGHTS_MAX_ROWS=0; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -428,9 +428,14 @@ def main(argv=None) -> int:
         kernel_configs.PDL = False
     for setting in args.kernel_config:
         name, _, value = setting.partition('=')
-        if not isinstance(getattr(kernel_configs, name, None), bool):
-            raise SystemExit(f'--kernel-config: {name!r} is not a switch in kernel_configs')
-        setattr(kernel_configs, name, value.strip().lower() in ('1', 'true', 'on', 'yes'))
+        current = getattr(kernel_configs, name, None)
+        if isinstance(current, bool):
+            setattr(kernel_configs, name, value.strip().lower() in ('1', 'true', 'on', 'yes'))
+        elif isinstance(current, int):
+            setattr(kernel_configs, name, int(value))
+        else:
+            raise SystemExit(f'--kernel-config: {name!r} is not a switch or number in '
+                             'kernel_configs')
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()

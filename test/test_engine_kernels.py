@@ -25,7 +25,7 @@ skinny_linear = gemm.skinny_linear
 
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
-@pytest.mark.parametrize('check', ['skinny_linear', 'action_linear',
+@pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'resize_frames', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path'])
@@ -47,7 +47,7 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
 @pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
 def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl, monkeypatch):
     monkeypatch.setattr(kernel_configs, 'PDL', pdl)  # with it: weight prefetch + PDL launch
-    monkeypatch.setattr(kernel_configs, 'PREFETCH_WEIGHTS', pdl)
+    monkeypatch.setattr(kernel_configs, 'PREFETCH_WEIGHTS_MAX_ROWS', 1024 if pdl else 0)
     torch.manual_seed(0)
     x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
     weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
@@ -58,6 +58,24 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
     for config in (None, gemm.heuristic_config(rows, n_out, depth, gelu_mul)):
         out = kernels.sum_parts(gemm.skinny_linear(x, weight, gelu_mul=gelu_mul,
                                                    config=config)).float()
+        error = (out - expected).abs().max().item() / expected.abs().max().item()
+        assert error < 1e-2, (config, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('rows', [816, 6528])
+def test_gelu_mul_gemm_on_the_gpu_at_the_prefix_shape(rows):
+    torch.manual_seed(0)
+    n_out, depth = 16384, 2048
+    x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
+    weight = torch.randn(2 * n_out, depth, dtype=torch.bfloat16, device='cuda') * 0.03
+    product = x.float() @ weight.float().T
+    expected = F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+    del product
+    measured = [gemm.SkinnyConfig(**values) for max_rows, values in
+                kernel_configs.GELU_MUL_GEMM.get((n_out, depth), ()) if values]
+    for config in [gemm.SkinnyConfig(128, 128, 64, 1, 8, 3)] + measured:
+        out = gemm.gelu_mul_gemm(x, weight, config).float()
         error = (out - expected).abs().max().item() / expected.abs().max().item()
         assert error < 1e-2, (config, error)
 

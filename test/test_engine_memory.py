@@ -56,6 +56,25 @@ def test_workspace_is_linear_in_the_batch_and_dominated_by_the_prefix_mlp():
     assert gate_up < one < 3 * gate_up
 
 
+def test_workspace_without_the_gate_up_product_where_the_gelu_mul_gemm_runs(monkeypatch):
+    from pi0_ros.engine import kernel_configs, kernels
+    unfused = workspace_bytes(FULL, 3, 8, torch.bfloat16)
+    config = {'block_m': 128, 'block_n': 128, 'block_k': 64, 'split_k': 1, 'num_warps': 8,
+              'num_stages': 3}
+    monkeypatch.setattr(kernel_configs, 'GELU_MUL_GEMM',
+                        {(FULL.prefix_mlp_dim, FULL.prefix_width): [(8 * 816, config)]})
+    monkeypatch.setattr(kernels, 'tma_available', lambda: False)
+    assert workspace_bytes(FULL, 3, 8, torch.bfloat16) == unfused  # no TMA: cuBLAS runs
+    monkeypatch.setattr(kernels, 'tma_available', lambda: True)
+    fused = workspace_bytes(FULL, 3, 8, torch.bfloat16)
+    # The [rows, 2 x mlp] gate/up product is gone; GELU * up plus the down output remain.
+    rows = 8 * (3 * 256 + 48)
+    assert unfused - fused == rows * 2 * (3 * FULL.prefix_mlp_dim
+                                          - (FULL.prefix_mlp_dim + FULL.prefix_width))
+    assert workspace_bytes(FULL, 3, 8, torch.bfloat16, prefix_fp8=True) > unfused  # FP8 MLP
+    assert workspace_bytes(FULL, 3, 16, torch.bfloat16) == 2 * unfused  # rows not measured
+
+
 def test_plan_picks_the_largest_fitting_bucket():
     options = EngineOptions(max_batch=1)
     totals = {b: estimate_memory(FULL, 3, EngineOptions(max_batch=b), torch.bfloat16).total

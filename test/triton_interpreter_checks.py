@@ -65,6 +65,35 @@ def check_skinny_linear():
         raise AssertionError('a non-tiling configuration was accepted')
 
 
+def check_gelu_mul_gemm():
+    torch.manual_seed(3)
+    n_out, depth = 64, 96
+    weight = (torch.randn(2 * n_out, depth) * 0.1).half()
+    config = gemm.SkinnyConfig(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2)
+    for rows in (70, 32):  # a partial last row block, then an exact one
+        x = torch.randn(rows, depth, dtype=torch.float16)
+        product = x.float() @ weight.float().T
+        expected = F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
+        out = gemm.gelu_mul_gemm(x, weight, config)
+        assert out.shape == (rows, n_out) and out.dtype == torch.float16
+        close(out, expected, 2e-2, f'gelu_mul_gemm rows={rows}')
+    # linear() takes it where a configuration is measured for the shape, not elsewhere.
+    kernel_configs.GELU_MUL_GEMM = {(n_out, depth): [(64, None), (1024, vars(config))]}
+    assert gemm.use_gelu_mul_gemm(x, weight) is None  # 32 rows: cuBLAS measured faster
+    x = torch.randn(70, depth, dtype=torch.float16)
+    assert gemm.use_gelu_mul_gemm(x, weight) == config
+    product = x.float() @ weight.float().T
+    close(gemm.linear(x, weight, gelu_mul=True),
+          F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:], 2e-2,
+          'linear through gelu_mul_gemm')
+    try:
+        gemm.gelu_mul_gemm(x, weight, gemm.SkinnyConfig(block_n=48, block_k=32))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError('a non-tiling configuration was accepted')
+
+
 def check_action_linear():
     kernel_configs.ACTION_LINEAR_TRITON = True
     torch.manual_seed(5)

@@ -24,6 +24,7 @@ from pi0_ros.engine.kernels import triton
 
 if triton is not None:
     import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
 
@@ -97,6 +98,24 @@ if triton is not None:
             tl.store(out_ptrs, previous + accumulate_scale * acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+    @triton.jit
+    def _gelu_mul_gemm_kernel(x_desc, w_desc, out_desc, n_rows, depth, up_offset,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+        # Row blocks vary fastest: the programs that run together share their weight tiles.
+        pid = tl.program_id(0)
+        row_blocks = tl.cdiv(n_rows, BLOCK_M)
+        row = (pid % row_blocks) * BLOCK_M
+        col = (pid // row_blocks) * BLOCK_N
+        pdl_enter(USE_PDL)
+        acc_gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for k in range(0, depth, BLOCK_K):
+            x = x_desc.load([row, k])
+            acc_gate = tl.dot(x, tl.trans(w_desc.load([col, k])), acc_gate)
+            acc_up = tl.dot(x, tl.trans(w_desc.load([up_offset + col, k])), acc_up)
+        out_desc.store([row, col], (gelu_tanh(acc_gate) * acc_up).to(out_desc.dtype))
 
 
 @dataclass
@@ -245,7 +264,7 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         PARTIAL=partial, ACCUMULATE=accumulate_scale is not None,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        PREFETCH_LINES=lines if (kernel_configs.PREFETCH_WEIGHTS and lines > 0
+        PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
                                  and lines & (lines - 1) == 0) else 0,
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
         num_stages=config.num_stages, launch_pdl=pdl)
@@ -287,6 +306,66 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return out
 
 
+def gelu_mul_gemm_config(rows: int, n_out: int, depth: int):
+    """
+    Return the GELU * up GEMM's measured configuration for this shape and row count.
+
+    n_out is F of a [gate; up] weight [2F, K]. None where cuBLAS + the GELU * up kernel was
+    faster or the shape was not measured.
+    """
+    for max_rows, values in kernel_configs.GELU_MUL_GEMM.get((n_out, depth), ()):
+        if rows <= max_rows:
+            return None if values is None else SkinnyConfig(**values)
+    return None
+
+
+def _gelu_mul_gemm_tiles(rows: int, n_out: int, depth: int, config: SkinnyConfig) -> bool:
+    return (rows >= 1 and n_out % config.block_n == 0 and depth % config.block_k == 0
+            and config.split_k == 1)
+
+
+def use_gelu_mul_gemm(x: torch.Tensor, weight) -> SkinnyConfig:
+    """
+    Return the GELU * up GEMM's configuration when it runs for x [M,K] and this weight.
+
+    It runs for a [gate; up] weight in half precision, with TMA (Hopper or newer) and a
+    measured configuration; otherwise None.
+    """
+    if not (isinstance(weight, torch.Tensor) and x.dim() == 2 and kernels.use_tma(x)
+            and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype):
+        return None
+    n_out, depth = weight.shape[0] // 2, weight.shape[1]
+    config = gelu_mul_gemm_config(x.shape[0], n_out, depth)
+    return config if config and _gelu_mul_gemm_tiles(x.shape[0], n_out, depth, config) else None
+
+
+def gelu_mul_gemm(x: torch.Tensor, weight: torch.Tensor, config: SkinnyConfig) -> torch.Tensor:
+    """
+    gelu_tanh(x @ gate^T) * (x @ up^T) for many rows, weight = [gate; up] [2F, K] -> [M, F].
+
+    One Triton GEMM over TMA tiles with two float32 accumulators and the GELU * up in its
+    epilogue, rounded once: the [M, 2F] product that cuBLAS + gelu_mul would write and read
+    back (the prefix MLP's largest traffic outside the products) never exists. x and weight
+    contiguous; Hopper or newer (or Triton's interpreter).
+    """
+    rows, depth = x.shape
+    n_out = weight.shape[0] // 2
+    if not (_gelu_mul_gemm_tiles(rows, n_out, depth, config) and x.is_contiguous()
+            and weight.is_contiguous()):
+        raise ValueError(f'gelu_mul_gemm: {config} does not tile [{rows},{depth}] x '
+                         f'[{weight.shape[0]},{weight.shape[1]}] (both contiguous)')
+    out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
+    pdl = kernels.use_pdl(x)
+    _gelu_mul_gemm_kernel[(triton.cdiv(rows, block_m) * (n_out // block_n),)](
+        TensorDescriptor.from_tensor(x, [block_m, block_k]),
+        TensorDescriptor.from_tensor(weight, [block_n, block_k]),
+        TensorDescriptor.from_tensor(out, [block_m, block_n]), rows, depth, n_out,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_PDL=pdl,
+        num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
+    return out
+
+
 def fp8_linear(x8: torch.Tensor, x_scale: torch.Tensor, weight: Fp8Weight, dtype: torch.dtype,
                *, gelu_mul: bool = False, fp8_out: bool = False):
     """
@@ -321,7 +400,10 @@ def _gelu_mul(gate_up: torch.Tensor, fp8_out: bool = False):
 
 def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
     """
-    Projection of the action expert: the skinny kernel where it applies, else PyTorch.
+    Project x by a Gemma layer's weight, with the fastest measured kernel.
+
+    The skinny kernel where it applies (few rows), the GELU * up GEMM for gate/up where it was
+    measured faster (many rows), else PyTorch.
 
     weight is a tensor [N, K] or an Fp8Weight. The result may be float32 partial sums [S, M, N]
     (see skinny_linear); consumers accept both.
@@ -334,6 +416,8 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
             config = heuristic_config(x.shape[0], n_out, weight.shape[1], gelu_mul)
         if config is not None and supports(x.shape[0], weight, config, gelu_mul):
             return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
+    if gelu_mul and (config := use_gelu_mul_gemm(x, weight)) is not None:
+        return gelu_mul_gemm(x, weight, config)
     if fp8:
         weight = weight.dequantize(x.dtype)
     y = F.linear(x, weight)

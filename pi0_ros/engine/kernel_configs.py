@@ -13,8 +13,10 @@ and prints the table these values come from. A shape that is not listed gets a h
 PDL = True
 
 # With PDL: each skinny-GEMM program asks for its weight slab in L2 before it waits for the
-# previous kernel (the weights do not depend on it). Off until measured on the H200.
-PREFETCH_WEIGHTS = False
+# previous kernel (the weights do not depend on it), in launches of at most this many rows
+# (0 = never). H200 (session 5, same call): on every launch, denoise 7.10 -> 6.82 ms at batch 1
+# but 15.22 -> 15.43 ms at batch 8 (408-row launches), so batch 1's 51 rows only.
+PREFETCH_WEIGHTS_MAX_ROWS = 64
 
 # The action side's float32 projections (action-time MLP, output head) as one skinny-kernel
 # launch each (float32 accuracy from three TF32 products; bias, SiLU, the write into the
@@ -56,6 +58,12 @@ SKINNY_LINEAR = {
 
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
+
+# GELU * up GEMM (gemm.gelu_mul_gemm: many rows, TMA tiles, the GELU * up in the epilogue, so
+# the [rows, 2F] gate/up product is never written): (F, k) -> [(max_rows, config or None), ...]
+# as SKINNY_LINEAR; None, or rows beyond the last entry, = cuBLAS + the GELU * up kernel.
+# Prefix MLP (16384, 2048) at 816 rows per observation. Empty until measured on the H200.
+GELU_MUL_GEMM = {}
 
 
 def _attention(block_m, block_n, keys_per_split, num_warps, num_stages) -> dict:

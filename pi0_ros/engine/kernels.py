@@ -54,6 +54,21 @@ def use_pdl(tensor: torch.Tensor) -> bool:
             and _hopper_or_newer(tensor.device.index or 0))
 
 
+def use_tma(tensor: torch.Tensor) -> bool:
+    """Tell whether Triton kernels on this tensor can use TMA tensor descriptors (Hopper+)."""
+    if triton is None:
+        return False
+    if tensor.is_cuda:
+        return _hopper_or_newer(tensor.device.index or 0)
+    return INTERPRET_ON_CPU
+
+
+def tma_available() -> bool:
+    """Tell whether this process's default CUDA device runs the TMA kernels (the planner)."""
+    return triton is not None and torch.cuda.is_available() and _hopper_or_newer(
+        torch.cuda.current_device())
+
+
 if triton is not None:
     @triton.jit
     def pdl_enter(USE_PDL: tl.constexpr):  # noqa: N803

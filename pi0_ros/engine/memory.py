@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from pi0_ros.engine import kernel_configs
+from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.config import EngineOptions, ModelDims
 from pi0_ros.engine.engine import batch_buckets, device_buffer_shapes
 from pi0_ros.engine.errors import EngineError
@@ -79,17 +79,21 @@ def buffer_bytes(dims: ModelDims, num_cameras: int, options: EngineOptions,
 
 
 def _gemma_layer_peak(rows: int, width: int, mlp: int, heads: int, head_dim: int,
-                      half: int) -> int:
+                      dtype: torch.dtype, fp8_mlp: bool = False) -> int:
     """
     Bytes one layer of model._gemma_stack holds beyond the stack's own buffers.
 
     Its temporaries in order (each released once consumed): fused QKV; attention output and
-    its projection; gate/up and GELU(gate) * up; the down projection. With the skinny GEMM
-    (few rows) projections are float32 split-K partial sums instead, and GELU * up is fused.
+    its projection; gate/up and GELU(gate) * up (only the latter where the GELU * up GEMM
+    runs, never with the FP8 MLP); the down projection. With the skinny GEMM (few rows)
+    projections are float32 split-K partial sums instead, and GELU * up is fused.
     """
+    half = torch.empty((), dtype=dtype).element_size()
     if rows > kernel_configs.SKINNY_LINEAR_MAX_ROWS:  # cuBLAS: outputs in the compute dtype
-        return rows * half * max((heads + 2) * head_dim, heads * head_dim + width, 3 * mlp,
-                                 mlp + width)
+        fused = (not fp8_mlp and dtype != torch.float32 and kernels.tma_available()
+                 and gemm.gelu_mul_gemm_config(rows, mlp, width) is not None)
+        return rows * half * max((heads + 2) * head_dim, heads * head_dim + width,
+                                 mlp if fused else 3 * mlp, mlp + width)
     f32, splits = 4, MAX_GEMM_SPLITS
     return rows * max(splits * (heads + 2) * head_dim * f32,
                       heads * head_dim * half + splits * width * f32,
@@ -118,7 +122,7 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
               + batch * length * f32
               + (rows * (d.prefix_width + f32) if prefix_fp8 else 0)  # FP8 rows + row scales
               + _gemma_layer_peak(rows, d.prefix_width, d.prefix_mlp_dim, d.prefix_heads, hd,
-                                  half))
+                                  dtype, fp8_mlp=prefix_fp8))
     # Denoise (model.denoise_forward): the same per layer over the suffix, plus the Euler
     # state, the expert's float32 output and attention's split partial sums.
     rows = batch * (d.chunk_size + 1)
@@ -127,7 +131,7 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
                        + hd * f32 + 4 * d.max_action_dim * f32)
                + batch * (length + d.chunk_size + 1) * f32 + attention_partials
                + _gemma_layer_peak(rows, d.expert_width, d.expert_mlp_dim, d.expert_heads, hd,
-                                   half))
+                                   dtype))
     return max(vision, prefix, denoise)
 
 
