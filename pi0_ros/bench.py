@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pi0_ros.engine import EngineOptions, kernel_configs, memory, ModelDims, Pi0Engine
+from pi0_ros.engine.config import parse_layer_ranges
 from pi0_ros.engine.engine import resolve_device, resolve_dtype
 from pi0_ros.engine.loading import NormStats
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer
@@ -51,9 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--fp8-prefix', action='store_true',
                         help="FP8 activations and weights for the prefix MLP's gate/up "
                              'projection (--check then reports its accuracy in bf16/fp16)')
-    parser.add_argument('--fp8-prefix-layers', default='',
-                        help='with --fp8-prefix: comma-separated prefix layer indices whose MLP '
-                             'runs in FP8 (default: every layer with an MLP)')
+    parser.add_argument('--fp8-prefix-layers', default='all',
+                        help="with --fp8-prefix: prefix layers whose MLP runs in FP8, e.g. "
+                             "'4-16' or '0,2,5-7' (default: all, every layer with an MLP)")
     parser.add_argument('--no-pipelined-upload', action='store_true',
                         help='upload and encode all frames of a batch at once '
                              '(EngineOptions.pipelined_upload off)')
@@ -131,7 +132,7 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
 def prefix_fp8_options(args, precision: str = None) -> dict:
     """Return the EngineOptions fields of --fp8-prefix and --fp8-prefix-layers (off for fp32)."""
     on = args.fp8_prefix and precision != 'fp32'
-    layers = tuple(int(i) for i in args.fp8_prefix_layers.split(',') if i.strip())
+    layers = parse_layer_ranges(args.fp8_prefix_layers or 'all')
     return {'prefix_fp8': on, 'prefix_fp8_layers': layers if on else ()}
 
 

@@ -70,9 +70,14 @@ def build_engine(settings):
     import torch
 
     from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+    from pi0_ros.engine.config import parse_layer_ranges
+    fp8_layers = settings.prefix_fp8_layers.strip()
     options = EngineOptions(precision=settings.precision, device=settings.device, max_batch=1,
                             max_frame_height=settings.max_image_height,
-                            max_frame_width=settings.max_image_width)
+                            max_frame_width=settings.max_image_width,
+                            prefix_fp8=bool(fp8_layers),
+                            prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
+                            else ())
     joints = len(settings.joint_names)
     cameras = len(settings.camera_names)
     if settings.device == 'cpu' or (settings.device == 'auto' and not torch.cuda.is_available()):

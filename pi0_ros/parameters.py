@@ -58,6 +58,10 @@ SPECS = {
     'precision': Spec('auto', 'Engine precision: auto | fp32 | bf16 | fp16 (auto = bf16 on GPUs '
                               'that have it, fp16 on others, fp32 on the CPU)'),
     'device': Spec('auto', 'Torch device: auto | cpu | cuda | cuda:N'),
+    'prefix_fp8_layers': Spec('', "Prefix layers whose MLP runs in FP8 (GPUs of compute "
+                                  "capability 8.9+, half precision): '' = none, 'all', or "
+                                  "indices and ranges such as '4-16' (faster at large "
+                                  'batches, slightly less exact: benchmarks/README.md)'),
     'seed': Spec(0, 'Seed of the random model', 0, 2**31 - 1),
     'engine_ready_timeout': Spec(300.0, 'Seconds configure waits for the engine to load and warm '
                                         'up', 1.0, 3600.0),
@@ -160,6 +164,7 @@ class Settings:
     tokenizer: str
     precision: str
     device: str
+    prefix_fp8_layers: str
     seed: int
     engine_ready_timeout: float
     max_consecutive_failures: int
@@ -230,6 +235,12 @@ def validate_value(name, value):
         _choice(name, value, TRIGGERS)
     elif name in ('camera_reliability', 'joint_state_reliability'):
         _choice(name, value, RELIABILITIES)
+    elif name == 'prefix_fp8_layers' and value.strip():
+        from pi0_ros.engine.config import parse_layer_ranges  # the engine (torch) only if set
+        try:
+            parse_layer_ranges(value)
+        except ValueError as error:
+            raise ParameterError(name, value, str(error)) from None
     elif name == 'device' and not (value in ('auto', 'cpu', 'cuda') or (
             value.startswith('cuda:') and value[5:].isdigit())):
         raise ParameterError(name, value, 'must be auto, cpu, cuda or cuda:N')

@@ -255,3 +255,13 @@ def test_full_dims_are_pi0():
     assert (full.chunk_size, full.num_steps, full.tokenizer_max_length, full.image_size) == \
         (50, 10, 48, 224)
     assert full.tokens_per_image == 256
+
+
+def test_layer_ranges_parse_as_the_fp8_option_takes_them():
+    from pi0_ros.engine.config import parse_layer_ranges
+    assert parse_layer_ranges('4-16') == tuple(range(4, 17))
+    assert parse_layer_ranges(' 0, 2,5-7 ,2') == (0, 2, 5, 6, 7)
+    assert parse_layer_ranges('ALL') == ()  # every layer, as EngineOptions reads ()
+    for bad in ('', 'x', '4-', '-3', '7-5', '1.5'):
+        with pytest.raises(ValueError):
+            parse_layer_ranges(bad)

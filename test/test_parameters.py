@@ -73,6 +73,8 @@ def test_default_limits_are_the_simulated_arms():
     ('inference_trigger', 'sometimes', 'inference_trigger'),
     ('camera_reliability', 'maybe', 'camera_reliability'),
     ('random_model', 'huge', 'random_model'),
+    ('prefix_fp8_layers', '4-', 'prefix_fp8_layers'),
+    ('prefix_fp8_layers', '16-4', 'prefix_fp8_layers'),
 ])
 def test_bad_values_name_the_parameter(name, value, fragment):
     with pytest.raises(ParameterError) as error:
@@ -94,3 +96,15 @@ def test_random_model_picks_the_size_of_the_random_engine(monkeypatch):
     assert [dims for dims, _ in built] == [ModelDims.tiny(), ModelDims.full()]
     assert all(kwargs['state_dim'] == kwargs['action_dim'] == len(SO101_JOINTS)
                and kwargs['num_cameras'] == 3 for _, kwargs in built)
+
+
+def test_prefix_fp8_layers_reach_the_engine_options(monkeypatch):
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.node import build_engine
+    built = []
+    monkeypatch.setattr(Pi0Engine, 'random',
+                        classmethod(lambda cls, dims, **kwargs: built.append(kwargs['options'])))
+    for text in ('', 'all', ' 4-6, 9 '):
+        build_engine(settings_from_values(defaults(prefix_fp8_layers=text, device='cuda')))
+    assert [(o.prefix_fp8, o.prefix_fp8_layers) for o in built] == [
+        (False, ()), (True, ()), (True, (4, 5, 6, 9))]

@@ -138,6 +138,29 @@ class EngineOptions:
             raise ValueError('max_frame_height and max_frame_width must be >= 1')
 
 
+def parse_layer_ranges(text: str) -> tuple:
+    """
+    Parse layer indices written as '4-16', '0,2,5-7' or 'all' into a tuple (all: ()).
+
+    The result is what EngineOptions.prefix_fp8_layers takes; raise ValueError on bad text.
+    """
+    text = text.strip()
+    if text.lower() == 'all':
+        return ()
+    layers = set()
+    for part in filter(None, (p.strip() for p in text.split(','))):
+        first, dash, last = part.partition('-')
+        if not first.strip().isdigit() or (dash and not last.strip().isdigit()):
+            raise ValueError(f"layer ranges look like '4-16' or '0,2,5-7', got {text!r}")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise ValueError(f'layer range {part!r} ends before it starts')
+        layers.update(range(low, high + 1))
+    if not layers:
+        raise ValueError(f"no layers in {text!r} (use 'all' for every layer)")
+    return tuple(sorted(layers))
+
+
 @dataclass
 class InferenceResult:
     """One action chunk in robot units, with per-stage timings."""
