@@ -29,8 +29,9 @@ EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
           'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
 ROWS = (51, 102, 204, 408)
 # The GELU * up GEMM: the prefix MLP (816 rows per observation, batch 1-16), the expert's
-# gate/up at batch 16 (816 rows).
-GELU_MUL_GEMM_SHAPES = {(16384, 2048): (816, 1632, 3264, 6528, 13056), (4096, 1024): (816,)}
+# gate/up at batch 8 and 16 (408, 816 rows).
+GELU_MUL_GEMM_SHAPES = {(16384, 2048): (816, 1632, 3264, 6528, 13056),
+                        (4096, 1024): (408, 816)}
 ATTENTION_BATCHES = {'suffix': (1, 2, 4, 8, 16), 'prefix': (1, 8)}
 L2_BYTES = 120 << 20
 
