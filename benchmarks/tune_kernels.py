@@ -84,7 +84,6 @@ def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
     product = x.float() @ weights[0].float().T
     reference = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
                  if gelu_mul else product)
-    scale = reference.abs().max().item()
 
     hidden = torch.empty(rows, n_out, dtype=dtype, device='cuda')
 
@@ -95,27 +94,41 @@ def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
 
     result = {'name': name, 'rows': rows, 'n_out': n_out, 'k': depth, 'gelu_mul': gelu_mul,
               'cublas_us': time_graph([cublas(w) for w in weights]), 'configs': []}
-    for config in gemm_candidates(rows, gelu_mul):
-        if not gemm.supports(rows, weights[0], config, gelu_mul):
-            continue
-        try:
-            out = kernels.sum_parts(gemm.skinny_linear(x, weights[0], gelu_mul=gelu_mul,
-                                                       config=config)).float()
-            error = (out - reference).abs().max().item() / scale
-            micros = time_graph([lambda w=w: gemm.skinny_linear(x, w, gelu_mul=gelu_mul,
-                                                                config=config)
-                                 for w in weights])
-        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
-            print(f'  {name} {rows} {config}: failed ({type(failure).__name__})')
-            continue
-        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
-    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
-    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
-    best = result['best']
+    candidates = [config for config in gemm_candidates(rows, gelu_mul)
+                  if gemm.supports(rows, weights[0], config, gelu_mul)]
+    best = time_candidates(result, candidates, weights, reference,
+                           lambda w, config: gemm.skinny_linear(x, w, gelu_mul=gelu_mul,
+                                                                config=config))
     print(f'{name:8s} rows {rows:3d}: cuBLAS {result["cublas_us"]:6.2f} us, best Triton '
           f'{best["us"] if best else float("nan"):6.2f} us {best["config"] if best else ""}',
           flush=True)
     return result
+
+
+def time_candidates(result: dict, candidates, weights: list, reference: torch.Tensor, launch,
+                    repeats: int = 20):
+    """
+    Check each configuration against the float32 reference, then time it over the weights.
+
+    launch(weight, config) runs one; its timings go to result['configs'] and the fastest
+    accurate one to result['best'] (returned; None if none was accurate).
+    """
+    scale = reference.abs().max().item()
+    for config in candidates:
+        try:
+            out = kernels.sum_parts(launch(weights[0], config)).float()
+            error = (out - reference).abs().max().item() / scale
+            del out
+            micros = time_graph([lambda w=w: launch(w, config) for w in weights],
+                                repeats=repeats)
+        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
+            print(f'  {result["name"]} {result["rows"]} {config}: failed '
+                  f'({type(failure).__name__})')
+            continue
+        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
+    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
+    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
+    return result['best']
 
 
 def gelu_mul_gemm_candidates():
@@ -138,24 +151,11 @@ def tune_gelu_mul_gemm(n_out: int, depth: int, rows: int, dtype=torch.bfloat16) 
     product = x.float() @ weights[0].float().T
     reference = F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
     del product
-    scale = reference.abs().max().item()
-    result = {'n_out': n_out, 'k': depth, 'rows': rows,
+    result = {'name': 'gelu_mul_gemm', 'n_out': n_out, 'k': depth, 'rows': rows,
               'cublas_us': time_graph([lambda w=w: gemm._gelu_mul(F.linear(x, w))
                                        for w in weights], repeats=5), 'configs': []}
-    for config in gelu_mul_gemm_candidates():
-        try:
-            out = gemm.gelu_mul_gemm(x, weights[0], config).float()
-            error = (out - reference).abs().max().item() / scale
-            del out
-            micros = time_graph([lambda w=w: gemm.gelu_mul_gemm(x, w, config)
-                                 for w in weights], repeats=5)
-        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
-            print(f'  gelu_mul_gemm {rows} {config}: failed ({type(failure).__name__})')
-            continue
-        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
-    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
-    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
-    best = result['best']
+    best = time_candidates(result, gelu_mul_gemm_candidates(), weights, reference,
+                           lambda w, config: gemm.gelu_mul_gemm(x, w, config), repeats=5)
     print(f'gelu_mul_gemm {n_out}x{depth} rows {rows:5d}: cuBLAS + GELU*up '
           f'{result["cublas_us"]:8.2f} us, best {best["us"] if best else float("nan"):8.2f} us '
           f'{best["config"] if best else ""}', flush=True)
