@@ -16,6 +16,7 @@
 #   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 #   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
+#   FLOOR=1 also measures the launch floor (benchmarks/launch_floor.py, launch_floor.json).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -67,6 +68,10 @@ if [ "${ABLATION:-0}" = 1 ]; then
   # The denoiser with one kernel family left out at a time (what each costs in the graph).
   python3 benchmarks/denoise_ablation.py --json "$OUT/denoise_ablation.json" --batches 1,8 \
     2>&1 | tail -14
+fi
+if [ "${FLOOR:-0}" = 1 ]; then
+  # The launch floor of a chain of dependent kernels and the expert's projections per layer.
+  python3 benchmarks/launch_floor.py --json "$OUT/launch_floor.json" 2>&1 | tail -8
 fi
 if [ "${EXPERIMENTS:-0}" = 1 ]; then
   # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).
