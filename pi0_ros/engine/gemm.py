@@ -306,7 +306,7 @@ def action_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return out
 
 
-def gelu_mul_gemm_config(rows: int, n_out: int, depth: int):
+def gelu_mul_gemm_config(rows: int, n_out: int, depth: int) -> 'SkinnyConfig | None':
     """
     Return the GELU * up GEMM's measured configuration for this shape and row count.
 
@@ -324,7 +324,7 @@ def _gelu_mul_gemm_tiles(rows: int, n_out: int, depth: int, config: SkinnyConfig
             and config.split_k == 1)
 
 
-def use_gelu_mul_gemm(x: torch.Tensor, weight) -> SkinnyConfig:
+def use_gelu_mul_gemm(x: torch.Tensor, weight) -> 'SkinnyConfig | None':
     """
     Return the GELU * up GEMM's configuration when it runs for x [M,K] and this weight.
 

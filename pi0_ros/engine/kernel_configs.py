@@ -62,7 +62,9 @@ SKINNY_LINEAR_MAX_ROWS = 512
 # GELU * up GEMM (gemm.gelu_mul_gemm: many rows, TMA tiles, the GELU * up in the epilogue, so
 # the [rows, 2F] gate/up product is never written): (F, k) -> [(max_rows, config or None), ...]
 # as SKINNY_LINEAR; None, or rows beyond the last entry, = cuBLAS + the GELU * up kernel.
-# Prefix MLP (16384, 2048) at 816 rows per observation. Empty until measured on the H200.
+# H200 (session 5, benchmarks/h200_session5/call2_gelu_mul_tuning.json): slower than cuBLAS +
+# the GELU * up kernel at every size measured (prefix 816-13056 rows: 184 vs 163 us at 816,
+# 1469 vs 1438 us at 6528; the expert's gate/up at 408 and 816 rows), so empty.
 GELU_MUL_GEMM = {}
 
 
