@@ -197,8 +197,15 @@ def test_non_finite_actions_are_rejected_and_the_arm_holds(faulty):
     nan_since = time.monotonic()
     # The last good chunk runs out (50 actions at 30 Hz), then the arm holds; if a stale-input
     # hold had already dropped it, the planner holds waiting for a (valid) chunk instead.
-    faulty.wait_holding(('chunk exhausted', 'waiting for chunk'), 10.0)
-    assert faulty.status().chunks_discarded >= before + 3
+    holding = ('chunk exhausted', 'waiting for chunk')
+    faulty.wait_holding(holding, 10.0)
+    # Every non-finite chunk is discarded, and the arm keeps holding while they keep coming (a
+    # stale-input hold may have come first: then fewer chunks were discarded by the time of the
+    # hold, so the count is waited for, not read once).
+    faulty.wait_status(lambda s: s.chunks_discarded >= before + 3, 10.0,
+                       'non-finite chunks were not discarded')
+    faulty.wait_status(lambda s: s.output_state == PolicyStatus.OUTPUT_HOLDING, 1.0,
+                       'the arm did not hold while non-finite chunks came')
     assert 'non-finite' in faulty.process.output()
     for msg in faulty.commands_since(nan_since):
         assert np.all(np.isfinite([p.positions for p in msg.points]))
