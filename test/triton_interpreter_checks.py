@@ -77,15 +77,22 @@ def check_gelu_mul_gemm():
         out = gemm.gelu_mul_gemm(x, weight, config)
         assert out.shape == (rows, n_out) and out.dtype == torch.float16
         close(out, expected, 2e-2, f'gelu_mul_gemm rows={rows}')
-    # linear() takes it where a configuration is measured for the shape, not elsewhere.
+    # linear() takes it where a configuration is measured for the shape, not elsewhere (rows
+    # beyond the skinny kernel's, as the prefix's).
+    kernel_configs.SKINNY_LINEAR_MAX_ROWS = 0
     kernel_configs.GELU_MUL_GEMM = {(n_out, depth): [(64, None), (1024, vars(config))]}
     assert gemm.use_gelu_mul_gemm(x, weight) is None  # 32 rows: cuBLAS measured faster
     x = torch.randn(70, depth, dtype=torch.float16)
     assert gemm.use_gelu_mul_gemm(x, weight) == config
+    launched = []
+    fused = gemm.gelu_mul_gemm
+    gemm.gelu_mul_gemm = lambda *args: launched.append(args[2]) or fused(*args)
     product = x.float() @ weight.float().T
     close(gemm.linear(x, weight, gelu_mul=True),
           F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:], 2e-2,
           'linear through gelu_mul_gemm')
+    assert launched == [config], launched
+    gemm.gelu_mul_gemm = fused
     try:
         gemm.gelu_mul_gemm(x, weight, gemm.SkinnyConfig(block_n=48, block_k=32))
     except ValueError:
