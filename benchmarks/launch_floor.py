@@ -20,6 +20,7 @@ import json
 import torch
 import triton
 import triton.language as tl
+from tune_kernels import time_graph  # benchmarks/, next to this script
 
 from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.kernels import pdl_enter
@@ -32,24 +33,9 @@ def _step_kernel(ptr, USE_PDL: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(ptr + offsets, tl.load(ptr + offsets) + 1.0)
 
 
-def graph_us(body, calls: int, trials: int = 7) -> float:
-    """Median microseconds per call of `body` (which makes `calls` launches) as a CUDA graph."""
-    body()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(trials):
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3 / calls)
-    return sorted(samples)[len(samples) // 2]
+def graph_us(body, calls: int) -> float:
+    """Median microseconds per launch of `body` (which makes `calls` launches) as a CUDA graph."""
+    return time_graph([body], repeats=1, trials=7) / calls
 
 
 def chain(programs: int, pdl: bool, length: int = 1000) -> float:
