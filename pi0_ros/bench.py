@@ -62,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
                         help='set a switch (0/1) or number in pi0_ros.engine.kernel_configs, '
-                             'e.g. PREFETCH_WEIGHTS_MAX_ROWS=0; repeatable')
+                             'e.g. PREFETCH_WEIGHTS_MAX_ROWS=0, or an entry of one of its '
+                             'tables, e.g. EXPERT_LAYER.num_warps=4; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -422,21 +423,37 @@ def plot(report: dict, out: Path) -> list:
     return written
 
 
+def apply_kernel_config(setting: str) -> None:
+    """Set NAME=VALUE (switch or number) or NAME.KEY=VALUE (a table entry) in kernel_configs."""
+    name, _, value = setting.partition('=')
+    name, _, key = name.strip().partition('.')
+    table = getattr(kernel_configs, name, None)
+    if key and isinstance(table, dict) and key in table:
+        holder, field, current = table, key, table[key]
+    elif not key:
+        holder, field, current = None, name, table
+    else:
+        raise SystemExit(f'--kernel-config: {setting!r} names no entry of kernel_configs')
+    if isinstance(current, bool):
+        parsed = value.strip().lower() in ('1', 'true', 'on', 'yes')
+    elif isinstance(current, int):
+        parsed = int(value)
+    else:
+        raise SystemExit(f'--kernel-config: {setting!r} is not a switch or number in '
+                         'kernel_configs')
+    if holder is None:
+        setattr(kernel_configs, field, parsed)
+    else:
+        holder[field] = parsed
+
+
 def main(argv=None) -> int:
     """Entry point of `python -m pi0_ros.bench`, `pi0-ros-bench` and scripts/bench."""
     args = parse_args(argv)
     if args.no_pdl:
         kernel_configs.PDL = False
     for setting in args.kernel_config:
-        name, _, value = setting.partition('=')
-        current = getattr(kernel_configs, name, None)
-        if isinstance(current, bool):
-            setattr(kernel_configs, name, value.strip().lower() in ('1', 'true', 'on', 'yes'))
-        elif isinstance(current, int):
-            setattr(kernel_configs, name, int(value))
-        else:
-            raise SystemExit(f'--kernel-config: {name!r} is not a switch or number in '
-                             'kernel_configs')
+        apply_kernel_config(setting)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()

@@ -28,7 +28,8 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'resize_frames', 'fp8_rows',
-                                   'engine_triton_path_matches_pytorch_path'])
+                                   'engine_triton_path_matches_pytorch_path',
+                                   'expert_layer_kernel'])
 def test_kernel_in_the_interpreter(check):
     env = dict(os.environ, TRITON_INTERPRET='1', PI0_ROS_TRITON_ON_CPU='1')
     result = subprocess.run([sys.executable, str(CHECKS), check], env=env,
@@ -307,3 +308,67 @@ def test_resize_frames_on_the_gpu_equals_the_pytorch_path():
     resize_frames(FrameResizer(480, 640, 224, torch.device('cuda')), frames.cuda(), 480, 640,
                   out)
     assert (out.cpu() - expected).abs().max().item() < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('batch', [1, 2])
+def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, monkeypatch):
+    # The persistent expert-layer kernel (barriers between phases) and its one-launch-per-phase
+    # form against the stack of fused kernels, at the expert's shapes, three layers.
+    from pi0_ros.engine import expert_layer, model
+    from pi0_ros.engine.config import ModelDims
+
+    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 128)
+    dims = ModelDims.full()
+    width, heads, dim, mlp = dims.expert_width, dims.expert_heads, dims.head_dim, \
+        dims.expert_mlp_dim
+    prefix, seq, depth = 816, dims.chunk_size + 1, 3
+    generator = torch.Generator(device='cuda').manual_seed(7)
+
+    def weight(n_out, n_in):
+        return (torch.randn(n_out, n_in, device='cuda', generator=generator)
+                * n_in ** -0.5).to(torch.bfloat16)
+
+    layers = [model.GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
+                               weight(2 * mlp, width), weight(width, mlp))
+              for _ in range(depth)]
+    assert expert_layer.supported(layers, batch * seq, width, heads, dim, mlp, torch.bfloat16,
+                                  torch.device('cuda'))
+    key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
+    key_mask[-1, 760:] = False
+    bias = attention.key_bias(key_mask, extra_keys=seq)
+    positions = (key_mask.sum(1)[:, None]
+                 + torch.arange(seq, device='cuda')[None, :]).view(-1)
+    cos, sin = model.rope_tables(dims, prefix + seq, 'cuda')
+    cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
+    cache = torch.randn(2, depth, batch, 1, prefix + seq, dim, device='cuda',
+                        generator=generator).to(torch.bfloat16)
+    x0 = torch.randn(batch, seq, width, device='cuda', generator=generator) * 3.0
+    results = {}
+    for name in ('reference', 'persistent', 'phased'):
+        x, keys, values = x0.clone(), cache[0].clone(), cache[1].clone()
+        sync = expert_layer.sync_buffer(depth, x.device)
+        if name == 'reference':
+            model._gemma_stack(layers, dims, x, heads, cos, sin, keys, values, prefix, bias,
+                               state_keys=prefix + 1)
+        else:
+            expert_layer.expert_stack(layers, x, dims.rms_norm_eps, heads, dim, cos, sin, keys,
+                                      values, prefix, bias, sync, 0,
+                                      phased=name == 'phased')
+        torch.cuda.synchronize()
+        assert sync[0].item() == 0, f'{name}: a barrier gave up'
+        results[name] = (x, keys, values)
+    for name in ('persistent', 'phased'):
+        x, keys, values = results[name]
+        pairs = zip((x, keys[:, :, 0, prefix:], values[:, :, 0, prefix:]),
+                    (results['reference'][0], results['reference'][1][:, :, 0, prefix:],
+                     results['reference'][2][:, :, 0, prefix:]))
+        for (actual, expected), what in zip(pairs, ('residual', 'keys', 'values')):
+            actual, expected = actual.float(), expected.float()
+            error = (actual - expected).abs().max().item() / expected.abs().max().item()
+            cosine = F.cosine_similarity(actual.flatten().double(),
+                                         expected.flatten().double(), dim=0).item()
+            assert error < 2e-2 and cosine > 0.9999, (name, what, error, cosine)
+        # The prefix part of the cache is left as it was.
+        assert torch.equal(keys[:, :, 0, :prefix], cache[0][:, :, 0, :prefix])
+        assert torch.equal(values[:, :, 0, :prefix], cache[1][:, :, 0, :prefix])

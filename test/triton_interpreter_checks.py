@@ -258,6 +258,60 @@ def check_engine_triton_path_matches_pytorch_path():
     assert cosine > 0.999, cosine
 
 
+def check_expert_layer_kernel():
+    # The persistent expert-layer kernel, one launch per phase (the interpreter runs programs
+    # one after another, so the barriers are left out), against the PyTorch path end to end.
+    import dataclasses
+
+    from pi0_ros.engine import expert_layer, model
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    dims = dataclasses.replace(ModelDims.tiny(), head_dim=32, expert_width=64,
+                               expert_mlp_dim=128, num_steps=3)
+    kernel_configs.EXPERT_LAYER = {'block_n': 16, 'block_n_mlp': 16, 'block_k': 32,
+                                   'o_split': 2, 'down_split': 2, 'att_block_m': 16,
+                                   'att_block_n': 16, 'keys_per_split': 32, 'prefetch': True,
+                                   'num_warps': 4, 'num_stages': 2}
+    kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    launches = []
+    kernel_launch = expert_layer.expert_stack
+
+    def counting_stack(*args, **kwargs):
+        launches.append(args[1].shape)
+        return kernel_launch(*args, **kwargs)
+
+    model.expert_layer.expert_stack = counting_stack
+    outputs = []
+    for interpret in (True, False):
+        kernels.INTERPRET_ON_CPU = interpret
+        kernel_configs.ACTION_LINEAR_TRITON = interpret
+        engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                                  options=EngineOptions(device='cpu', precision='fp16',
+                                                        max_frame_height=120,
+                                                        max_frame_width=160, max_batch=2))
+        results = engine.infer_batch([
+            (frames, np.linspace(-1, 1, 6), 'pick up the cube', None, noise),
+            (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])])
+        outputs.append(np.stack([result.actions for result in results]))
+    assert len(launches) == dims.num_steps and launches[0] == (2, 51, 64), launches
+    triton_path, torch_path = (torch.from_numpy(a).flatten().double() for a in outputs)
+    assert torch.isfinite(triton_path).all()
+    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
+    assert cosine > 0.999, cosine
+    # A barrier that gave up (error flag set) poisons the chunk, so the engine rejects it.
+    sync = expert_layer.sync_buffer(4, torch.device('cpu'))
+    chunk = torch.zeros(1, 50, 32)
+    expert_layer.poison_on_error(sync, chunk)
+    assert torch.isfinite(chunk).all()
+    sync[0] = 1
+    expert_layer.poison_on_error(sync, chunk)
+    assert torch.isnan(chunk).all()
+
+
 if __name__ == '__main__':
     assert kernels.INTERPRET_ON_CPU, 'run with TRITON_INTERPRET=1 PI0_ROS_TRITON_ON_CPU=1'
     globals()[f'check_{sys.argv[1]}']()

@@ -28,19 +28,24 @@ if triton is not None:
     from pi0_ros.engine.kernels import pdl_enter
 
     @triton.jit
-    def _attention_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
-                          part_l_ptr, n_queries, n_keys, keys_per_split, scale_log2,
-                          state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
-                          stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
-                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
-        block_m, split, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    def attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
+                     part_l_ptr, block_m, split, batch, n_splits, n_queries, n_keys,
+                     keys_per_split, scale_log2, state_rows, state_keys, stride_qb, stride_qm,
+                     stride_kb, stride_kn, stride_vb, stride_vn, stride_bias_b, stride_ob,
+                     stride_om, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, CACHE: tl.constexpr):
+        """
+        One block of BLOCK_M query rows over one split of the keys (online softmax).
+
+        SPLIT: write the float32 partials (o, running max, sum) of this split for merge_row;
+        else the normalized output. CACHE is the load cache modifier of the queries, keys and
+        values ('.cg' when other programs of the same launch wrote them).
+        """
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, HEAD_DIM)
         row_ok = rows < n_queries
         q = tl.load(q_ptr + batch * stride_qb + rows[:, None] * stride_qm + dims[None, :],
-                    mask=row_ok[:, None], other=0.0)
+                    mask=row_ok[:, None], other=0.0, cache_modifier=CACHE)
         state_row = rows[:, None] < state_rows
         m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -51,7 +56,7 @@ if triton is not None:
             keys = key_start + tl.arange(0, BLOCK_N)
             key_ok = keys < stop
             k = tl.load(k_ptr + batch * stride_kb + keys[:, None] * stride_kn + dims[None, :],
-                        mask=key_ok[:, None], other=0.0)
+                        mask=key_ok[:, None], other=0.0, cache_modifier=CACHE)
             bias = tl.load(bias_ptr + batch * stride_bias_b + keys, mask=key_ok,
                            other=float('-inf'))
             # Scores in the log2 domain (exp2 below); masked keys are -inf.
@@ -64,11 +69,11 @@ if triton is not None:
             p = tl.exp2(scores - m_ref[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_ptr + batch * stride_vb + keys[:, None] * stride_vn + dims[None, :],
-                        mask=key_ok[:, None], other=0.0)
+                        mask=key_ok[:, None], other=0.0, cache_modifier=CACHE)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if SPLIT:
-            part = (batch * tl.num_programs(1) + split) * n_queries + rows
+            part = (batch * n_splits + split) * n_queries + rows
             tl.store(part_o_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc,
                      mask=row_ok[:, None])
             tl.store(part_m_ptr + part, m_i, mask=row_ok)
@@ -79,25 +84,48 @@ if triton is not None:
                      out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
     @triton.jit
-    def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
-                             stride_ob, stride_om, N_SPLITS: tl.constexpr,
-                             HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
-        row, batch = tl.program_id(0), tl.program_id(1)
+    def merge_row(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, row, batch, n_queries,
+                  stride_ob, stride_om, N_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  CACHE: tl.constexpr):
+        """Merge the N_SPLITS partials of one query row into its normalized output."""
         dims = tl.arange(0, HEAD_DIM)
         base = batch * N_SPLITS * n_queries + row
         m_max = float('-inf')
         for split in tl.static_range(N_SPLITS):
-            m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + split * n_queries))
+            m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + split * n_queries,
+                                              cache_modifier=CACHE))
         total = 0.0
         acc = tl.zeros([HEAD_DIM], tl.float32)
         for split in tl.static_range(N_SPLITS):
             index = base + split * n_queries
-            weight = tl.exp2(tl.load(part_m_ptr + index) - m_max)
-            total += tl.load(part_l_ptr + index) * weight
-            acc += tl.load(part_o_ptr + index * HEAD_DIM + dims) * weight
+            weight = tl.exp2(tl.load(part_m_ptr + index, cache_modifier=CACHE) - m_max)
+            total += tl.load(part_l_ptr + index, cache_modifier=CACHE) * weight
+            acc += tl.load(part_o_ptr + index * HEAD_DIM + dims, cache_modifier=CACHE) * weight
         tl.store(out_ptr + batch * stride_ob + row * stride_om + dims,
                  (acc / total).to(out_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _attention_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
+                          part_l_ptr, n_queries, n_keys, keys_per_split, scale_log2,
+                          state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
+                          stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
+                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
+        attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
+                     part_l_ptr, tl.program_id(0), tl.program_id(1), tl.program_id(2),
+                     tl.num_programs(1), n_queries, n_keys, keys_per_split, scale_log2,
+                     state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
+                     stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om, HEAD_DIM,
+                     BLOCK_M, BLOCK_N, SPLIT, '')
+
+    @triton.jit
+    def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
+                             stride_ob, stride_om, N_SPLITS: tl.constexpr,
+                             HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr):
+        pdl_enter(USE_PDL)
+        merge_row(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0),
+                  tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, '')
 
 
 def key_bias(key_mask: torch.Tensor, extra_keys: int = 0) -> torch.Tensor:

@@ -68,6 +68,18 @@ SKINNY_LINEAR_MAX_ROWS = 512
 GELU_MUL_GEMM = {}
 
 
+# The action expert's layers as one persistent launch each (expert_layer.py: phases separated
+# by grid-wide barriers) for at most this many rows (51 per observation; 0 = never), else the
+# fused kernels above. Not yet measured on a GPU: off.
+EXPERT_LAYER_MAX_ROWS = 0
+
+# Tiles of that kernel (expert_layer.ExpertLayerConfig). 8 warps: with 4, ptxas needs more
+# than 255 registers per thread and spills (sm_90, Triton 3.6).
+EXPERT_LAYER = {'block_n': 16, 'block_n_mlp': 32, 'block_k': 128, 'o_split': 2,
+                'down_split': 2, 'att_block_m': 32, 'att_block_n': 64, 'keys_per_split': 128,
+                'prefetch': True, 'num_warps': 8, 'num_stages': 3}
+
+
 def _attention(block_m, block_n, keys_per_split, num_warps, num_stages) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
             'num_warps': num_warps, 'num_stages': num_stages}

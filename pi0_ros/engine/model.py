@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import gemm, kernel_configs, kernels
+from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import attention, key_bias
 from pi0_ros.engine.config import ModelDims
 
@@ -449,12 +449,29 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     _, dt = euler_times(dims.num_steps)
     x_t = out  # integrated in place
     x_t.copy_(noise)
+    layers = w.expert_layers
+    # One persistent launch per expert layer where it runs (expert_layer.py), else the stack
+    # of fused kernels.
+    fused = expert_layer.supported(layers, b * suffix, dims.expert_width, dims.expert_heads,
+                                   dims.head_dim, dims.expert_mlp_dim, cache_k.dtype,
+                                   noise.device)
+    if fused:
+        sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
     for step in range(dims.num_steps):
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
         x[:, 0].copy_(state_token)
-        _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
-                     length, bias, state_keys=length + 1, final_out=normed)
+        if fused:
+            expert_layer.expert_stack(layers, x, dims.rms_norm_eps, dims.expert_heads,
+                                      dims.head_dim, cos, sin, cache_k, cache_v, length, bias,
+                                      sync, step * len(layers))
+            kernels.add_rms_norm(x.view(-1, dims.expert_width), None,
+                                 normed.view(-1, dims.expert_width), dims.rms_norm_eps)
+        else:
+            _gemma_stack(layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
+                         length, bias, state_keys=length + 1, final_out=normed)
         # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
         gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
                            accumulate_scale=dt)
+    if fused:
+        expert_layer.poison_on_error(sync, out)
