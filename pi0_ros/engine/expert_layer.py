@@ -138,8 +138,8 @@ if triton is not None:
             BLOCK_N_MLP: tl.constexpr, BLOCK_K: tl.constexpr, O_SPLIT: tl.constexpr,
             DOWN_SPLIT: tl.constexpr, ATT_BLOCK_M: tl.constexpr, ATT_BLOCK_N: tl.constexpr,
             N_SPLITS: tl.constexpr, BLOCK_WIDTH: tl.constexpr, FIRST: tl.constexpr,
-            PHASE: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
-            USE_PDL: tl.constexpr):
+            PHASE: tl.constexpr, WORK: tl.constexpr, PREFETCH: tl.constexpr,
+            LINE: tl.constexpr, USE_PDL: tl.constexpr):
         pid = tl.program_id(0)
         programs = tl.num_programs(0)
         HALF: tl.constexpr = HEAD_DIM // 2
@@ -169,118 +169,127 @@ if triton is not None:
                                (item % DOWN_SPLIT) * (MLP // DOWN_SPLIT), 0, BLOCK_N,
                                MLP // DOWN_SPLIT // LINE, LINE, False)
         pdl_enter(USE_PDL)
+        # WORK: the phases that do their work (bit k: phase k); all but in the phase ablation
+        # of benchmarks/expert_layer_phases.py, which leaves some out and keeps the barriers.
         barriers = 0
         if FIRST and (PHASE < 0 or PHASE == 0):
-            # stats: each row's sum of squares and half copy of the residual stream.
-            columns = tl.arange(0, BLOCK_WIDTH)
-            for row in range(pid, n_rows, programs):
-                x = tl.load(x_ptr + row * WIDTH + columns, mask=columns < WIDTH, other=0.0)
-                tl.store(xh_ptr + row * WIDTH + columns, x.to(xh_ptr.dtype.element_ty),
-                         mask=columns < WIDTH)
-                tl.store(sumsq_a + row, tl.sum(x * x, 0))
+            if (WORK >> 0) & 1:
+                # stats: each row's sum of squares and half copy of the residual stream.
+                columns = tl.arange(0, BLOCK_WIDTH)
+                for row in range(pid, n_rows, programs):
+                    x = tl.load(x_ptr + row * WIDTH + columns, mask=columns < WIDTH, other=0.0)
+                    tl.store(xh_ptr + row * WIDTH + columns, x.to(xh_ptr.dtype.element_ty),
+                             mask=columns < WIDTH)
+                    tl.store(sumsq_a + row, tl.sum(x * x, 0))
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 1:
-            # qkv: normalized rows x [Q | K | V], RoPE, K/V into the cache.
-            rows = tl.arange(0, BLOCK_M)
-            row_ok = rows[:, None] < n_rows
-            if pid == 0:
-                tl.store(sumsq_b + rows, tl.zeros((BLOCK_M,), tl.float32))
-            factor = _row_factor(sumsq_a, n_rows, eps, WIDTH, BLOCK_M)[:, None]
-            batch = (rows // seq)[:, None]
-            position = (rows % seq)[:, None]
-            for item in range(pid, QKV_TILES, programs):
-                part = item // (HALF // BLOCK_N)
-                j0 = (item % (HALF // BLOCK_N)) * BLOCK_N
-                j = j0 + tl.arange(0, BLOCK_N)[None, :]
-                first, second = _rows_times_slab(xh_ptr, WIDTH, n_rows, qkv_w, WIDTH,
-                                                 part * HEAD_DIM + j0, 0, WIDTH, HALF,
-                                                 BLOCK_M, BLOCK_N, BLOCK_K, True)
-                first *= factor
-                second *= factor
-                if part <= HEADS:  # Q heads and K: rotate-half RoPE
-                    cos = tl.load(cos_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
-                    sin = tl.load(sin_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
-                    first, second = first * cos - second * sin, second * cos + first * sin
-                if part < HEADS:
-                    out = q_ptr + rows[:, None] * (HEADS * HEAD_DIM) + part * HEAD_DIM + j
-                elif part == HEADS:
-                    out = k_ptr + batch * stride_kb + (start + position) * HEAD_DIM + j
-                else:
-                    out = v_ptr + batch * stride_vb + (start + position) * HEAD_DIM + j
-                tl.store(out, first.to(out.dtype.element_ty), mask=row_ok)
-                tl.store(out + HALF, second.to(out.dtype.element_ty), mask=row_ok)
+            if (WORK >> 1) & 1:
+                # qkv: normalized rows x [Q | K | V], RoPE, K/V into the cache.
+                rows = tl.arange(0, BLOCK_M)
+                row_ok = rows[:, None] < n_rows
+                if pid == 0:
+                    tl.store(sumsq_b + rows, tl.zeros((BLOCK_M,), tl.float32))
+                factor = _row_factor(sumsq_a, n_rows, eps, WIDTH, BLOCK_M)[:, None]
+                batch = (rows // seq)[:, None]
+                position = (rows % seq)[:, None]
+                for item in range(pid, QKV_TILES, programs):
+                    part = item // (HALF // BLOCK_N)
+                    j0 = (item % (HALF // BLOCK_N)) * BLOCK_N
+                    j = j0 + tl.arange(0, BLOCK_N)[None, :]
+                    first, second = _rows_times_slab(xh_ptr, WIDTH, n_rows, qkv_w, WIDTH,
+                                                     part * HEAD_DIM + j0, 0, WIDTH, HALF,
+                                                     BLOCK_M, BLOCK_N, BLOCK_K, True)
+                    first *= factor
+                    second *= factor
+                    if part <= HEADS:  # Q heads and K: rotate-half RoPE
+                        cos = tl.load(cos_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
+                        sin = tl.load(sin_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
+                        first, second = first * cos - second * sin, second * cos + first * sin
+                    if part < HEADS:
+                        out = q_ptr + rows[:, None] * (HEADS * HEAD_DIM) + part * HEAD_DIM + j
+                    elif part == HEADS:
+                        out = k_ptr + batch * stride_kb + (start + position) * HEAD_DIM + j
+                    else:
+                        out = v_ptr + batch * stride_vb + (start + position) * HEAD_DIM + j
+                    tl.store(out, first.to(out.dtype.element_ty), mask=row_ok)
+                    tl.store(out + HALF, second.to(out.dtype.element_ty), mask=row_ok)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 2:
-            # attention: query rows (token * HEADS + head) over key splits.
-            row_blocks = tl.cdiv(n_queries, ATT_BLOCK_M)
-            for item in range(pid, batches * row_blocks * N_SPLITS, programs):
-                attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, attended_ptr, part_o_ptr,
-                             part_m_ptr, part_l_ptr, item % row_blocks,
-                             (item // row_blocks) % N_SPLITS, item // (row_blocks * N_SPLITS),
-                             N_SPLITS, n_queries, n_keys, keys_per_split, scale_log2, HEADS,
-                             start + 1, n_queries * HEAD_DIM, HEAD_DIM, stride_kb, HEAD_DIM,
-                             stride_vb, HEAD_DIM, stride_bias_b, n_queries * HEAD_DIM,
-                             HEAD_DIM, HEAD_DIM, ATT_BLOCK_M, ATT_BLOCK_N, N_SPLITS > 1, '.cg')
+            if (WORK >> 2) & 1:
+                # attention: query rows (token * HEADS + head) over key splits.
+                row_blocks = tl.cdiv(n_queries, ATT_BLOCK_M)
+                for item in range(pid, batches * row_blocks * N_SPLITS, programs):
+                    attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, attended_ptr, part_o_ptr,
+                                 part_m_ptr, part_l_ptr, item % row_blocks,
+                                 (item // row_blocks) % N_SPLITS, item // (row_blocks * N_SPLITS),
+                                 N_SPLITS, n_queries, n_keys, keys_per_split, scale_log2, HEADS,
+                                 start + 1, n_queries * HEAD_DIM, HEAD_DIM, stride_kb, HEAD_DIM,
+                                 stride_vb, HEAD_DIM, stride_bias_b, n_queries * HEAD_DIM,
+                                 HEAD_DIM, HEAD_DIM, ATT_BLOCK_M, ATT_BLOCK_N, N_SPLITS > 1, '.cg')
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if N_SPLITS > 1 and (PHASE < 0 or PHASE == 3):
-            for item in range(pid, batches * n_queries, programs):
-                merge_row(part_o_ptr, part_m_ptr, part_l_ptr, attended_ptr, item % n_queries,
-                          item // n_queries, n_queries, n_queries * HEAD_DIM, HEAD_DIM,
-                          N_SPLITS, HEAD_DIM, '.cg')
+            if (WORK >> 3) & 1:
+                for item in range(pid, batches * n_queries, programs):
+                    merge_row(part_o_ptr, part_m_ptr, part_l_ptr, attended_ptr, item % n_queries,
+                              item // n_queries, n_queries, n_queries * HEAD_DIM, HEAD_DIM,
+                              N_SPLITS, HEAD_DIM, '.cg')
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 4:
-            # o: attended rows x W_o, into the residual stream; row sums for gate/up.
-            depth = HEADS * HEAD_DIM // O_SPLIT
-            for item in range(pid, O_TILES * O_SPLIT, programs):
-                tile = item // O_SPLIT
-                split = item % O_SPLIT
-                acc, _ = _rows_times_slab(attended_ptr, HEADS * HEAD_DIM, n_rows, o_w,
-                                          HEADS * HEAD_DIM, tile * BLOCK_N, split * depth,
-                                          depth, 0, BLOCK_M, BLOCK_N, BLOCK_K, False)
-                _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_b,
-                                   part_ptr, count_ptr, n_rows, WIDTH, BLOCK_M, BLOCK_N,
-                                   O_SPLIT)
+            if (WORK >> 4) & 1:
+                # o: attended rows x W_o, into the residual stream; row sums for gate/up.
+                depth = HEADS * HEAD_DIM // O_SPLIT
+                for item in range(pid, O_TILES * O_SPLIT, programs):
+                    tile = item // O_SPLIT
+                    split = item % O_SPLIT
+                    acc, _ = _rows_times_slab(attended_ptr, HEADS * HEAD_DIM, n_rows, o_w,
+                                              HEADS * HEAD_DIM, tile * BLOCK_N, split * depth,
+                                              depth, 0, BLOCK_M, BLOCK_N, BLOCK_K, False)
+                    _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_b,
+                                       part_ptr, count_ptr, n_rows, WIDTH, BLOCK_M, BLOCK_N,
+                                       O_SPLIT)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 5:
-            # gate/up: GELU(gate) * up of the normalized rows.
-            rows = tl.arange(0, BLOCK_M)
-            row_ok = rows[:, None] < n_rows
-            if pid == 0:
-                tl.store(sumsq_a + rows, tl.zeros((BLOCK_M,), tl.float32))
-            factor = _row_factor(sumsq_b, n_rows, eps, WIDTH, BLOCK_M)[:, None]
-            for item in range(pid, MLP_TILES, programs):
-                gate, up = _rows_times_slab(xh_ptr, WIDTH, n_rows, gate_up_w, WIDTH,
-                                            item * BLOCK_N_MLP, 0, WIDTH, MLP, BLOCK_M,
-                                            BLOCK_N_MLP, BLOCK_K, True)
-                hidden = gelu_tanh(gate * factor) * (up * factor)
-                cols = item * BLOCK_N_MLP + tl.arange(0, BLOCK_N_MLP)
-                tl.store(hidden_ptr + rows[:, None] * MLP + cols[None, :],
-                         hidden.to(hidden_ptr.dtype.element_ty), mask=row_ok)
+            if (WORK >> 5) & 1:
+                # gate/up: GELU(gate) * up of the normalized rows.
+                rows = tl.arange(0, BLOCK_M)
+                row_ok = rows[:, None] < n_rows
+                if pid == 0:
+                    tl.store(sumsq_a + rows, tl.zeros((BLOCK_M,), tl.float32))
+                factor = _row_factor(sumsq_b, n_rows, eps, WIDTH, BLOCK_M)[:, None]
+                for item in range(pid, MLP_TILES, programs):
+                    gate, up = _rows_times_slab(xh_ptr, WIDTH, n_rows, gate_up_w, WIDTH,
+                                                item * BLOCK_N_MLP, 0, WIDTH, MLP, BLOCK_M,
+                                                BLOCK_N_MLP, BLOCK_K, True)
+                    hidden = gelu_tanh(gate * factor) * (up * factor)
+                    cols = item * BLOCK_N_MLP + tl.arange(0, BLOCK_N_MLP)
+                    tl.store(hidden_ptr + rows[:, None] * MLP + cols[None, :],
+                             hidden.to(hidden_ptr.dtype.element_ty), mask=row_ok)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 6:
-            # down: hidden x W_down, into the residual stream; row sums for the next qkv.
-            depth = MLP // DOWN_SPLIT
-            for item in range(pid, O_TILES * DOWN_SPLIT, programs):
-                tile = item // DOWN_SPLIT
-                split = item % DOWN_SPLIT
-                acc, _ = _rows_times_slab(hidden_ptr, MLP, n_rows, down_w, MLP, tile * BLOCK_N,
-                                          split * depth, depth, 0, BLOCK_M, BLOCK_N, BLOCK_K,
-                                          False)
-                _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_a,
-                                   part_ptr, count_ptr + O_TILES, n_rows, WIDTH, BLOCK_M,
-                                   BLOCK_N, DOWN_SPLIT)
+            if (WORK >> 6) & 1:
+                # down: hidden x W_down, into the residual stream; row sums for the next qkv.
+                depth = MLP // DOWN_SPLIT
+                for item in range(pid, O_TILES * DOWN_SPLIT, programs):
+                    tile = item // DOWN_SPLIT
+                    split = item % DOWN_SPLIT
+                    acc, _ = _rows_times_slab(hidden_ptr, MLP, n_rows, down_w, MLP, tile * BLOCK_N,
+                                              split * depth, depth, 0, BLOCK_M, BLOCK_N, BLOCK_K,
+                                              False)
+                    _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_a,
+                                       part_ptr, count_ptr + O_TILES, n_rows, WIDTH, BLOCK_M,
+                                       BLOCK_N, DOWN_SPLIT)
 
 
 @dataclass(frozen=True)
@@ -338,7 +347,8 @@ def num_programs(device: torch.device) -> int:
 def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, sync: torch.Tensor,
-                 first_launch: int, cfg: ExpertLayerConfig = None, phased: bool = None) -> None:
+                 first_launch: int, cfg: ExpertLayerConfig = None, phased: bool = None,
+                 work: int = (1 << len(PHASES)) - 1) -> None:
     """
     Run the expert layers over the residual stream x [b, S, W] float32 (in place).
 
@@ -346,7 +356,8 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
     over positions 0..start+S with the additive key bias [b, start+S]; the state token (first
     of each observation) sees only keys up to start. sync holds the error flag and barrier
     counters (sync_buffer); this call uses counters first_launch.. (one per layer). phased
-    runs one launch per phase (the interpreter's way; by default on the CPU only).
+    runs one launch per phase (the interpreter's way; by default on the CPU only). work (a
+    bit per phase) leaves phases out, for timing only.
     """
     cfg = cfg or config()
     b, seq, width = x.shape
@@ -396,7 +407,7 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
                 DOWN_SPLIT=cfg.down_split, ATT_BLOCK_M=cfg.att_block_m,
                 ATT_BLOCK_N=min(cfg.att_block_n, triton.next_power_of_2(keys_per_split)),
                 N_SPLITS=n_splits, BLOCK_WIDTH=triton.next_power_of_2(width),
-                FIRST=index == 0, PHASE=phase, PREFETCH=prefetch,
+                FIRST=index == 0, PHASE=phase, WORK=work, PREFETCH=prefetch,
                 LINE=line, USE_PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                 launch_pdl=pdl)
 

@@ -1,0 +1,116 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Where the persistent expert-layer kernel spends its time (GPU only; writes JSON).
+
+The action expert at batch 1 (51 rows, full size, 18 layers with their own random weights, so
+they stream from HBM as in the engine), each variant timed inside a CUDA graph, in microseconds
+per layer:
+  stack             the engine's stack of fused kernels (model._gemma_stack)
+  persistent        expert_layer.expert_stack with the committed tiles
+  ... without X     the same with phase X doing no work (its barrier kept): what X costs
+  only X            only phase X does work: X plus the barriers
+  barriers only     no phase does work
+  phased            one launch per phase (no barriers, PDL between the launches)
+  tiles ...         the committed tiles with one entry changed
+Usage: python benchmarks/expert_layer_phases.py --json expert_layer_phases.json
+"""
+import argparse
+import dataclasses
+import json
+
+import torch
+from tune_kernels import time_graph  # benchmarks/, next to this script
+
+from pi0_ros.engine import attention, expert_layer, kernel_configs, model
+from pi0_ros.engine.config import ModelDims
+
+TILE_VARIANTS = [{'prefetch': False}, {'num_warps': 4}, {'block_k': 64}, {'block_k': 256},
+                 {'num_stages': 2}, {'num_stages': 4}, {'o_split': 1, 'down_split': 1},
+                 {'o_split': 4, 'down_split': 4}, {'block_n': 32},
+                 {'block_n': 32, 'o_split': 4, 'down_split': 4},
+                 {'block_n': 64, 'o_split': 8, 'down_split': 8}, {'block_n_mlp': 16},
+                 {'block_n_mlp': 64}, {'keys_per_split': 256}, {'att_block_m': 64},
+                 {'att_block_m': 16}]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument('--json', default='expert_layer_phases.json')
+    parser.add_argument('--batch', type=int, default=1)
+    args = parser.parse_args()
+    kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
+    dims = ModelDims.full()
+    width, heads, dim, mlp = (dims.expert_width, dims.expert_heads, dims.head_dim,
+                              dims.expert_mlp_dim)
+    batch, prefix, seq, depth = args.batch, 816, dims.chunk_size + 1, dims.expert_depth
+    generator = torch.Generator(device='cuda').manual_seed(0)
+
+    def weight(n_out, n_in):
+        return (torch.randn(n_out, n_in, device='cuda', generator=generator)
+                * n_in ** -0.5).to(torch.bfloat16)
+
+    layers = [model.GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
+                               weight(2 * mlp, width), weight(width, mlp))
+              for _ in range(depth)]
+    key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
+    bias = attention.key_bias(key_mask, extra_keys=seq)
+    positions = (prefix + torch.arange(seq, device='cuda')).repeat(batch)
+    cos, sin = model.rope_tables(dims, prefix + seq, 'cuda')
+    cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
+    cache_k = torch.randn(depth, batch, 1, prefix + seq, dim, device='cuda',
+                          generator=generator).to(torch.bfloat16)
+    cache_v = torch.randn_like(cache_k)
+    x0 = torch.randn(batch, seq, width, device='cuda', generator=generator)
+    x = x0.clone()
+    sync = expert_layer.sync_buffer(depth, x.device)
+    committed = expert_layer.config()
+    all_work = (1 << len(expert_layer.PHASES)) - 1
+
+    def per_layer_us(body) -> float:
+        def call():
+            x.copy_(x0)  # the same residual stream every time
+            body()
+        return time_graph([call], repeats=10, trials=7) / depth
+
+    def persistent(cfg=committed, work=all_work, phased=False):
+        def body():
+            sync.zero_()
+            expert_layer.expert_stack(layers, x, dims.rms_norm_eps, heads, dim, cos, sin,
+                                      cache_k, cache_v, prefix, bias, sync, 0, cfg=cfg,
+                                      phased=phased, work=work)
+        return body
+
+    results = {}
+
+    def record(name, body):
+        results[name] = per_layer_us(body)
+        print(f'{name:40s} {results[name]:8.2f} us per layer', flush=True)
+
+    def stack():
+        model._gemma_stack(layers, dims, x, heads, cos, sin, cache_k, cache_v, prefix, bias,
+                           state_keys=prefix + 1)
+
+    record('stack', stack)
+    record('persistent', persistent())
+    record('phased', persistent(phased=True))
+    record('barriers only', persistent(work=1))
+    for index, phase in enumerate(expert_layer.PHASES[1:], start=1):
+        record(f'without {phase}', persistent(work=all_work & ~(1 << index)))
+        record(f'only {phase}', persistent(work=1 | (1 << index)))
+    for change in TILE_VARIANTS:
+        name = 'tiles ' + ' '.join(f'{key}={value}' for key, value in change.items())
+        try:
+            record(name, persistent(cfg=dataclasses.replace(committed, **change)))
+        except Exception as error:  # noqa: BLE001 - a tile that does not compile is reported
+            results[name] = f'{type(error).__name__}: {str(error)[:200]}'
+            print(name, results[name], flush=True)
+    report = {'device': torch.cuda.get_device_name(), 'batch': batch, 'layers': depth,
+              'committed_tiles': dataclasses.asdict(committed), 'us_per_layer': results,
+              'error_flag': int(sync[0].item())}
+    with open(args.json, 'w') as handle:
+        json.dump(report, handle, indent=1)
+
+
+if __name__ == '__main__':
+    main()
