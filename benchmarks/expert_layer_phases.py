@@ -25,13 +25,10 @@ from tune_kernels import time_graph  # benchmarks/, next to this script
 from pi0_ros.engine import attention, expert_layer, kernel_configs, model
 from pi0_ros.engine.config import ModelDims
 
-TILE_VARIANTS = [{'prefetch': False}, {'num_warps': 4}, {'block_k': 64}, {'block_k': 256},
-                 {'num_stages': 2}, {'num_stages': 4}, {'o_split': 1, 'down_split': 1},
-                 {'o_split': 4, 'down_split': 4}, {'block_n': 32},
-                 {'block_n': 32, 'o_split': 4, 'down_split': 4},
-                 {'block_n': 64, 'o_split': 8, 'down_split': 8}, {'block_n_mlp': 16},
-                 {'block_n_mlp': 64}, {'keys_per_split': 256}, {'att_block_m': 64},
-                 {'att_block_m': 16}]
+TILE_VARIANTS = [{'prefetch': False}, {'num_warps': 4}, {'num_stages': 4}, {'merge_rows': 1},
+                 {'merge_rows': 8}, {'o_split': 1, 'down_split': 1},
+                 {'block_n_o': 32, 'o_split': 4, 'down_split': 4},
+                 {'block_n_qkv': 32, 'qkv_split': 2}, {'block_n_mlp': 64, 'mlp_split': 2}]
 
 
 def main() -> None:

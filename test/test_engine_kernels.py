@@ -311,14 +311,18 @@ def test_resize_frames_on_the_gpu_equals_the_pytorch_path():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('tiles', [{}, {'block_n_qkv': 32, 'qkv_split': 2, 'block_n_o': 32,
+                                        'o_split': 4, 'down_split': 4, 'block_n_mlp': 64,
+                                        'mlp_split': 2}])
 @pytest.mark.parametrize('batch', [1, 2])
-def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, monkeypatch):
+def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, tiles, monkeypatch):
     # The persistent expert-layer kernel (barriers between phases) and its one-launch-per-phase
     # form against the stack of fused kernels, at the expert's shapes, three layers.
     from pi0_ros.engine import expert_layer, model
     from pi0_ros.engine.config import ModelDims
 
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 128)
+    cfg = dataclasses.replace(expert_layer.config(), **tiles)
     dims = ModelDims.full()
     width, heads, dim, mlp = dims.expert_width, dims.expert_heads, dims.head_dim, \
         dims.expert_mlp_dim
@@ -333,7 +337,7 @@ def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, monkeypatch):
                                weight(2 * mlp, width), weight(width, mlp))
               for _ in range(depth)]
     assert expert_layer.supported(layers, batch * seq, width, heads, dim, mlp, torch.bfloat16,
-                                  torch.device('cuda'))
+                                  torch.device('cuda'), cfg)
     key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
     key_mask[-1, 760:] = False
     bias = attention.key_bias(key_mask, extra_keys=seq)
@@ -353,7 +357,7 @@ def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, monkeypatch):
                                state_keys=prefix + 1)
         else:
             expert_layer.expert_stack(layers, x, dims.rms_norm_eps, heads, dim, cos, sin, keys,
-                                      values, prefix, bias, sync, 0,
+                                      values, prefix, bias, sync, 0, cfg=cfg,
                                       phased=name == 'phased')
         torch.cuda.synchronize()
         assert sync[0].item() == 0, f'{name}: a barrier gave up'

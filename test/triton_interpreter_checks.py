@@ -269,10 +269,12 @@ def check_expert_layer_kernel():
 
     dims = dataclasses.replace(ModelDims.tiny(), head_dim=32, expert_width=64,
                                expert_mlp_dim=128, num_steps=3)
-    kernel_configs.EXPERT_LAYER = {'block_n': 16, 'block_n_mlp': 16, 'block_k': 32,
-                                   'o_split': 2, 'down_split': 2, 'att_block_m': 16,
-                                   'att_block_n': 16, 'keys_per_split': 32, 'prefetch': True,
-                                   'num_warps': 4, 'num_stages': 2}
+    # Every projection split over K (two parts, summed by the last program of each tile).
+    kernel_configs.EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 2, 'block_n_o': 16,
+                                   'o_split': 2, 'block_n_mlp': 16, 'mlp_split': 2,
+                                   'down_split': 2, 'block_k': 16, 'att_block_m': 16,
+                                   'att_block_n': 16, 'keys_per_split': 32, 'merge_rows': 4,
+                                   'prefetch': True, 'num_warps': 4, 'num_stages': 2}
     kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
     rng = np.random.default_rng(5)
     frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]

@@ -84,25 +84,31 @@ if triton is not None:
                      out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
     @triton.jit
-    def merge_row(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, row, batch, n_queries,
-                  stride_ob, stride_om, N_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  CACHE: tl.constexpr):
-        """Merge the N_SPLITS partials of one query row into its normalized output."""
+    def merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, row0, batch, n_queries,
+                   stride_ob, stride_om, N_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   ROWS: tl.constexpr, CACHE: tl.constexpr):
+        """Merge the N_SPLITS partials of query rows row0..row0+ROWS-1 into their outputs."""
+        rows = row0 + tl.arange(0, ROWS)
+        row_ok = rows < n_queries
         dims = tl.arange(0, HEAD_DIM)
-        base = batch * N_SPLITS * n_queries + row
-        m_max = float('-inf')
+        base = batch * N_SPLITS * n_queries + rows
+        m_max = tl.full([ROWS], float('-inf'), tl.float32)
         for split in tl.static_range(N_SPLITS):
             m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + split * n_queries,
-                                              cache_modifier=CACHE))
-        total = 0.0
-        acc = tl.zeros([HEAD_DIM], tl.float32)
+                                              mask=row_ok, other=0.0, cache_modifier=CACHE))
+        total = tl.zeros([ROWS], tl.float32)
+        acc = tl.zeros([ROWS, HEAD_DIM], tl.float32)
         for split in tl.static_range(N_SPLITS):
             index = base + split * n_queries
-            weight = tl.exp2(tl.load(part_m_ptr + index, cache_modifier=CACHE) - m_max)
-            total += tl.load(part_l_ptr + index, cache_modifier=CACHE) * weight
-            acc += tl.load(part_o_ptr + index * HEAD_DIM + dims, cache_modifier=CACHE) * weight
-        tl.store(out_ptr + batch * stride_ob + row * stride_om + dims,
-                 (acc / total).to(out_ptr.dtype.element_ty))
+            weight = tl.exp2(tl.load(part_m_ptr + index, mask=row_ok, other=0.0,
+                                     cache_modifier=CACHE) - m_max)
+            total += tl.load(part_l_ptr + index, mask=row_ok, other=1.0,
+                             cache_modifier=CACHE) * weight
+            acc += tl.load(part_o_ptr + index[:, None] * HEAD_DIM + dims[None, :],
+                           mask=row_ok[:, None], other=0.0, cache_modifier=CACHE) \
+                * weight[:, None]
+        tl.store(out_ptr + batch * stride_ob + rows[:, None] * stride_om + dims[None, :],
+                 (acc / total[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
     @triton.jit
     def _attention_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
@@ -124,8 +130,8 @@ if triton is not None:
                              stride_ob, stride_om, N_SPLITS: tl.constexpr,
                              HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr):
         pdl_enter(USE_PDL)
-        merge_row(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0),
-                  tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, '')
+        merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0),
+                   tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, 1, '')
 
 
 def key_bias(key_mask: torch.Tensor, extra_keys: int = 0) -> torch.Tensor:

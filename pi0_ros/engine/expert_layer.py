@@ -14,11 +14,12 @@ counter in memory that every program increments and then waits on):
             computes a column and its rotation partner, 128 apart), K/V into the cache
   attention Q over the prefix cache + the suffix keys, split over keys (attention.attend_block)
   merge     the splits into the attended rows (attention.merge_row)
-  o         the output projection, added into the residual stream by the program that finishes
-            each column tile (split-K partials, a per-tile counter), which also adds the tile's
-            squares into the row sums for the next normalization
+  o         the output projection added into the residual stream, whose tile's squares go
+            into the row sums of the next normalization
   gate/up   GELU(gate) * up with the post-attention normalization as a row factor
   down      as o; its row sums feed the next layer's qkv phase
+Each projection is tiled over its output columns and split over K; the program that finishes a
+tile last (a counter per tile) adds up the tile's float32 partial sums and runs the epilogue.
 Every program asks for all its weight tiles in L2 when it starts, so the layer's weights
 stream from HBM while the phases wait on each other.
 
@@ -40,7 +41,7 @@ PHASES = ('stats', 'qkv', 'attention', 'merge', 'o', 'gate_up', 'down')
 if triton is not None:
     import triton.language as tl
 
-    from pi0_ros.engine.attention import attend_block, merge_row
+    from pi0_ros.engine.attention import attend_block, merge_rows
     from pi0_ros.engine.gemm import _prefetch_l2
     from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
 
@@ -100,32 +101,40 @@ if triton is not None:
         return tl.rsqrt(sumsq / WIDTH + eps)
 
     @triton.jit
-    def _add_into_residual(acc, col0, split, tile, x_ptr, xh_ptr, sumsq_ptr, part_ptr,
-                           count_ptr, n_rows, WIDTH: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, SPLIT: tl.constexpr):
-        # x[:, tile] += the product (its SPLIT partial sums); the half copy and row sums follow.
-        rows = tl.arange(0, BLOCK_M)
-        row_ok = rows[:, None] < n_rows
-        cols = col0 + tl.arange(0, BLOCK_N)
-        offsets = rows[:, None] * WIDTH + cols[None, :]
-        last = True
+    def _sum_splits(acc, acc_pair, part_ptr, part_stride, count_ptr, split, offsets,
+                    pair_offset, row_ok, SPLIT: tl.constexpr, PAIRED: tl.constexpr):
+        # With SPLIT > 1 every split of a tile stores its partial sums and counts itself in; the
+        # one that counts last gets the tile's sums (last = True; it resets the counter).
+        last = split >= 0
         if SPLIT > 1:
-            tl.store(part_ptr + split * n_rows * WIDTH + offsets, acc, mask=row_ok)
+            tl.store(part_ptr + split * part_stride + offsets, acc, mask=row_ok)
+            if PAIRED:
+                tl.store(part_ptr + split * part_stride + offsets + pair_offset, acc_pair,
+                         mask=row_ok)
             tl.debug_barrier()
-            arrived = tl.atomic_add(count_ptr + tile, 1, sem='acq_rel', scope='gpu')
-            last = arrived == SPLIT - 1
-        if last:
-            if SPLIT > 1:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            last = tl.atomic_add(count_ptr, 1, sem='acq_rel', scope='gpu') == SPLIT - 1
+            if last:
+                acc = tl.zeros(acc.shape, tl.float32)
+                acc_pair = tl.zeros(acc_pair.shape, tl.float32)
                 for part in tl.static_range(SPLIT):
-                    acc += tl.load(part_ptr + part * n_rows * WIDTH + offsets, mask=row_ok,
+                    acc += tl.load(part_ptr + part * part_stride + offsets, mask=row_ok,
                                    other=0.0, cache_modifier='.cg')
-                tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
-            x = tl.load(x_ptr + offsets, mask=row_ok, other=0.0, cache_modifier='.cg') + acc
-            tl.store(x_ptr + offsets, x, mask=row_ok)
-            tl.store(xh_ptr + offsets, x.to(xh_ptr.dtype.element_ty), mask=row_ok)
-            tl.atomic_add(sumsq_ptr + rows, tl.sum(x * x, 1), mask=rows < n_rows,
-                          sem='relaxed', scope='gpu')
+                    if PAIRED:
+                        acc_pair += tl.load(part_ptr + part * part_stride + offsets
+                                            + pair_offset, mask=row_ok, other=0.0,
+                                            cache_modifier='.cg')
+                tl.atomic_xchg(count_ptr, 0)  # ready for the next launch
+        return last, acc, acc_pair
+
+    @triton.jit
+    def _add_into_residual(acc, x_ptr, xh_ptr, sumsq_ptr, rows, offsets, n_rows):
+        # x[:, tile] += the product; its half copy and the squares into the row sums follow.
+        row_ok = rows[:, None] < n_rows
+        x = tl.load(x_ptr + offsets, mask=row_ok, other=0.0, cache_modifier='.cg') + acc
+        tl.store(x_ptr + offsets, x, mask=row_ok)
+        tl.store(xh_ptr + offsets, x.to(xh_ptr.dtype.element_ty), mask=row_ok)
+        tl.atomic_add(sumsq_ptr + rows, tl.sum(x * x, 1), mask=rows < n_rows, sem='relaxed',
+                      scope='gpu')
 
     @triton.jit
     def _expert_layer_kernel(
@@ -134,39 +143,51 @@ if triton is not None:
             part_m_ptr, part_l_ptr, attended_ptr, hidden_ptr, part_ptr, count_ptr,
             barrier_ptr, error_ptr, n_rows, seq, start, n_keys, keys_per_split, scale_log2,
             eps, WIDTH: tl.constexpr, HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-            MLP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_N_MLP: tl.constexpr, BLOCK_K: tl.constexpr, O_SPLIT: tl.constexpr,
-            DOWN_SPLIT: tl.constexpr, ATT_BLOCK_M: tl.constexpr, ATT_BLOCK_N: tl.constexpr,
-            N_SPLITS: tl.constexpr, BLOCK_WIDTH: tl.constexpr, FIRST: tl.constexpr,
-            PHASE: tl.constexpr, WORK: tl.constexpr, PREFETCH: tl.constexpr,
+            MLP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N_QKV: tl.constexpr,
+            QKV_SPLIT: tl.constexpr, BLOCK_N_O: tl.constexpr, O_SPLIT: tl.constexpr,
+            BLOCK_N_MLP: tl.constexpr, MLP_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr,
+            BLOCK_K: tl.constexpr, ATT_BLOCK_M: tl.constexpr, ATT_BLOCK_N: tl.constexpr,
+            N_SPLITS: tl.constexpr, MERGE_ROWS: tl.constexpr, BLOCK_WIDTH: tl.constexpr,
+            FIRST: tl.constexpr, PHASE: tl.constexpr, WORK: tl.constexpr, PREFETCH: tl.constexpr,
             LINE: tl.constexpr, USE_PDL: tl.constexpr):
         pid = tl.program_id(0)
         programs = tl.num_programs(0)
         HALF: tl.constexpr = HEAD_DIM // 2
-        QKV_TILES: tl.constexpr = (HEADS + 2) * (HALF // BLOCK_N)
-        O_TILES: tl.constexpr = WIDTH // BLOCK_N
+        ATTENDED: tl.constexpr = HEADS * HEAD_DIM
+        QKV_N: tl.constexpr = (HEADS + 2) * HEAD_DIM
+        QKV_TILES: tl.constexpr = (HEADS + 2) * (HALF // BLOCK_N_QKV)
+        O_TILES: tl.constexpr = WIDTH // BLOCK_N_O
         MLP_TILES: tl.constexpr = MLP // BLOCK_N_MLP
+        # Tile counters of the split-K phases, one region each.
+        qkv_counts = count_ptr
+        o_counts = count_ptr + QKV_TILES
+        mlp_counts = o_counts + O_TILES
+        down_counts = mlp_counts + MLP_TILES
         sumsq_a = sumsq_ptr            # before qkv (written by down / stats)
         sumsq_b = sumsq_ptr + BLOCK_M  # before gate/up (written by o)
         batches = n_rows // seq
         n_queries = seq * HEADS
+        rows = tl.arange(0, BLOCK_M)
+        row_ok = rows[:, None] < n_rows
         if PREFETCH:
             # This program's weight tiles of every phase, asked for in L2 before anything waits.
-            for item in range(pid, QKV_TILES, programs):
-                part = item // (HALF // BLOCK_N)
-                col0 = part * HEAD_DIM + (item % (HALF // BLOCK_N)) * BLOCK_N
-                _prefetch_slab(qkv_w, WIDTH, col0, 0, HALF, BLOCK_N, WIDTH // LINE,
-                               LINE, True)
+            for item in range(pid, QKV_TILES * QKV_SPLIT, programs):
+                tile = item // QKV_SPLIT
+                col0 = (tile // (HALF // BLOCK_N_QKV)) * HEAD_DIM \
+                    + (tile % (HALF // BLOCK_N_QKV)) * BLOCK_N_QKV
+                _prefetch_slab(qkv_w, WIDTH, col0, (item % QKV_SPLIT) * (WIDTH // QKV_SPLIT),
+                               HALF, BLOCK_N_QKV, WIDTH // QKV_SPLIT // LINE, LINE, True)
             for item in range(pid, O_TILES * O_SPLIT, programs):
-                _prefetch_slab(o_w, HEADS * HEAD_DIM, (item // O_SPLIT) * BLOCK_N,
-                               (item % O_SPLIT) * (HEADS * HEAD_DIM // O_SPLIT), 0, BLOCK_N,
-                               HEADS * HEAD_DIM // O_SPLIT // LINE, LINE, False)
-            for item in range(pid, MLP_TILES, programs):
-                _prefetch_slab(gate_up_w, WIDTH, item * BLOCK_N_MLP, 0, MLP, BLOCK_N_MLP,
-                               WIDTH // LINE, LINE, True)
+                _prefetch_slab(o_w, ATTENDED, (item // O_SPLIT) * BLOCK_N_O,
+                               (item % O_SPLIT) * (ATTENDED // O_SPLIT), 0, BLOCK_N_O,
+                               ATTENDED // O_SPLIT // LINE, LINE, False)
+            for item in range(pid, MLP_TILES * MLP_SPLIT, programs):
+                _prefetch_slab(gate_up_w, WIDTH, (item // MLP_SPLIT) * BLOCK_N_MLP,
+                               (item % MLP_SPLIT) * (WIDTH // MLP_SPLIT), MLP, BLOCK_N_MLP,
+                               WIDTH // MLP_SPLIT // LINE, LINE, True)
             for item in range(pid, O_TILES * DOWN_SPLIT, programs):
-                _prefetch_slab(down_w, MLP, (item // DOWN_SPLIT) * BLOCK_N,
-                               (item % DOWN_SPLIT) * (MLP // DOWN_SPLIT), 0, BLOCK_N,
+                _prefetch_slab(down_w, MLP, (item // DOWN_SPLIT) * BLOCK_N_O,
+                               (item % DOWN_SPLIT) * (MLP // DOWN_SPLIT), 0, BLOCK_N_O,
                                MLP // DOWN_SPLIT // LINE, LINE, False)
         pdl_enter(USE_PDL)
         # WORK: the phases that do their work (bit k: phase k); all but in the phase ablation
@@ -186,35 +207,46 @@ if triton is not None:
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 1:
             if (WORK >> 1) & 1:
-                # qkv: normalized rows x [Q | K | V], RoPE, K/V into the cache.
-                rows = tl.arange(0, BLOCK_M)
-                row_ok = rows[:, None] < n_rows
+                # qkv: normalized rows x [Q | K | V], RoPE, K/V into the cache. A tile is
+                # BLOCK_N_QKV columns of a head and their rotation partners HALF further.
                 if pid == 0:
                     tl.store(sumsq_b + rows, tl.zeros((BLOCK_M,), tl.float32))
                 factor = _row_factor(sumsq_a, n_rows, eps, WIDTH, BLOCK_M)[:, None]
                 batch = (rows // seq)[:, None]
                 position = (rows % seq)[:, None]
-                for item in range(pid, QKV_TILES, programs):
-                    part = item // (HALF // BLOCK_N)
-                    j0 = (item % (HALF // BLOCK_N)) * BLOCK_N
-                    j = j0 + tl.arange(0, BLOCK_N)[None, :]
+                depth = WIDTH // QKV_SPLIT
+                for item in range(pid, QKV_TILES * QKV_SPLIT, programs):
+                    tile = item // QKV_SPLIT
+                    split = item % QKV_SPLIT
+                    part = tile // (HALF // BLOCK_N_QKV)
+                    j0 = (tile % (HALF // BLOCK_N_QKV)) * BLOCK_N_QKV
+                    j = j0 + tl.arange(0, BLOCK_N_QKV)[None, :]
                     first, second = _rows_times_slab(xh_ptr, WIDTH, n_rows, qkv_w, WIDTH,
-                                                     part * HEAD_DIM + j0, 0, WIDTH, HALF,
-                                                     BLOCK_M, BLOCK_N, BLOCK_K, True)
-                    first *= factor
-                    second *= factor
-                    if part <= HEADS:  # Q heads and K: rotate-half RoPE
-                        cos = tl.load(cos_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
-                        sin = tl.load(sin_ptr + rows[:, None] * HALF + j, mask=row_ok, other=0.0)
-                        first, second = first * cos - second * sin, second * cos + first * sin
-                    if part < HEADS:
-                        out = q_ptr + rows[:, None] * (HEADS * HEAD_DIM) + part * HEAD_DIM + j
-                    elif part == HEADS:
-                        out = k_ptr + batch * stride_kb + (start + position) * HEAD_DIM + j
-                    else:
-                        out = v_ptr + batch * stride_vb + (start + position) * HEAD_DIM + j
-                    tl.store(out, first.to(out.dtype.element_ty), mask=row_ok)
-                    tl.store(out + HALF, second.to(out.dtype.element_ty), mask=row_ok)
+                                                     part * HEAD_DIM + j0, split * depth,
+                                                     depth, HALF, BLOCK_M, BLOCK_N_QKV,
+                                                     BLOCK_K, True)
+                    last, first, second = _sum_splits(
+                        first, second, part_ptr, n_rows * QKV_N, qkv_counts + tile, split,
+                        rows[:, None] * QKV_N + part * HEAD_DIM + j, HALF, row_ok, QKV_SPLIT,
+                        True)
+                    if last:
+                        first *= factor
+                        second *= factor
+                        if part <= HEADS:  # Q heads and K: rotate-half RoPE
+                            cos = tl.load(cos_ptr + rows[:, None] * HALF + j, mask=row_ok,
+                                          other=0.0)
+                            sin = tl.load(sin_ptr + rows[:, None] * HALF + j, mask=row_ok,
+                                          other=0.0)
+                            first, second = (first * cos - second * sin,
+                                             second * cos + first * sin)
+                        if part < HEADS:
+                            out = q_ptr + rows[:, None] * ATTENDED + part * HEAD_DIM + j
+                        elif part == HEADS:
+                            out = k_ptr + batch * stride_kb + (start + position) * HEAD_DIM + j
+                        else:
+                            out = v_ptr + batch * stride_vb + (start + position) * HEAD_DIM + j
+                        tl.store(out, first.to(out.dtype.element_ty), mask=row_ok)
+                        tl.store(out + HALF, second.to(out.dtype.element_ty), mask=row_ok)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
@@ -225,55 +257,70 @@ if triton is not None:
                 for item in range(pid, batches * row_blocks * N_SPLITS, programs):
                     attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, attended_ptr, part_o_ptr,
                                  part_m_ptr, part_l_ptr, item % row_blocks,
-                                 (item // row_blocks) % N_SPLITS, item // (row_blocks * N_SPLITS),
-                                 N_SPLITS, n_queries, n_keys, keys_per_split, scale_log2, HEADS,
-                                 start + 1, n_queries * HEAD_DIM, HEAD_DIM, stride_kb, HEAD_DIM,
+                                 (item // row_blocks) % N_SPLITS,
+                                 item // (row_blocks * N_SPLITS), N_SPLITS, n_queries, n_keys,
+                                 keys_per_split, scale_log2, HEADS, start + 1,
+                                 n_queries * HEAD_DIM, HEAD_DIM, stride_kb, HEAD_DIM,
                                  stride_vb, HEAD_DIM, stride_bias_b, n_queries * HEAD_DIM,
-                                 HEAD_DIM, HEAD_DIM, ATT_BLOCK_M, ATT_BLOCK_N, N_SPLITS > 1, '.cg')
+                                 HEAD_DIM, HEAD_DIM, ATT_BLOCK_M, ATT_BLOCK_N, N_SPLITS > 1,
+                                 '.cg')
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if N_SPLITS > 1 and (PHASE < 0 or PHASE == 3):
             if (WORK >> 3) & 1:
-                for item in range(pid, batches * n_queries, programs):
-                    merge_row(part_o_ptr, part_m_ptr, part_l_ptr, attended_ptr, item % n_queries,
-                              item // n_queries, n_queries, n_queries * HEAD_DIM, HEAD_DIM,
-                              N_SPLITS, HEAD_DIM, '.cg')
+                # merge: MERGE_ROWS query rows per item, all their splits' loads in flight.
+                row_blocks = tl.cdiv(n_queries, MERGE_ROWS)
+                for item in range(pid, batches * row_blocks, programs):
+                    merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, attended_ptr,
+                               (item % row_blocks) * MERGE_ROWS, item // row_blocks,
+                               n_queries, n_queries * HEAD_DIM, HEAD_DIM, N_SPLITS, HEAD_DIM,
+                               MERGE_ROWS, '.cg')
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 4:
             if (WORK >> 4) & 1:
                 # o: attended rows x W_o, into the residual stream; row sums for gate/up.
-                depth = HEADS * HEAD_DIM // O_SPLIT
+                depth = ATTENDED // O_SPLIT
                 for item in range(pid, O_TILES * O_SPLIT, programs):
                     tile = item // O_SPLIT
                     split = item % O_SPLIT
-                    acc, _ = _rows_times_slab(attended_ptr, HEADS * HEAD_DIM, n_rows, o_w,
-                                              HEADS * HEAD_DIM, tile * BLOCK_N, split * depth,
-                                              depth, 0, BLOCK_M, BLOCK_N, BLOCK_K, False)
-                    _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_b,
-                                       part_ptr, count_ptr, n_rows, WIDTH, BLOCK_M, BLOCK_N,
-                                       O_SPLIT)
+                    acc, _ = _rows_times_slab(attended_ptr, ATTENDED, n_rows, o_w, ATTENDED,
+                                              tile * BLOCK_N_O, split * depth, depth, 0,
+                                              BLOCK_M, BLOCK_N_O, BLOCK_K, False)
+                    offsets = rows[:, None] * WIDTH + tile * BLOCK_N_O \
+                        + tl.arange(0, BLOCK_N_O)[None, :]
+                    last, acc, _ = _sum_splits(acc, acc, part_ptr, n_rows * WIDTH,
+                                               o_counts + tile, split, offsets, 0, row_ok,
+                                               O_SPLIT, False)
+                    if last:
+                        _add_into_residual(acc, x_ptr, xh_ptr, sumsq_b, rows, offsets, n_rows)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
         if PHASE < 0 or PHASE == 5:
             if (WORK >> 5) & 1:
                 # gate/up: GELU(gate) * up of the normalized rows.
-                rows = tl.arange(0, BLOCK_M)
-                row_ok = rows[:, None] < n_rows
                 if pid == 0:
                     tl.store(sumsq_a + rows, tl.zeros((BLOCK_M,), tl.float32))
                 factor = _row_factor(sumsq_b, n_rows, eps, WIDTH, BLOCK_M)[:, None]
-                for item in range(pid, MLP_TILES, programs):
+                depth = WIDTH // MLP_SPLIT
+                for item in range(pid, MLP_TILES * MLP_SPLIT, programs):
+                    tile = item // MLP_SPLIT
+                    split = item % MLP_SPLIT
                     gate, up = _rows_times_slab(xh_ptr, WIDTH, n_rows, gate_up_w, WIDTH,
-                                                item * BLOCK_N_MLP, 0, WIDTH, MLP, BLOCK_M,
-                                                BLOCK_N_MLP, BLOCK_K, True)
-                    hidden = gelu_tanh(gate * factor) * (up * factor)
-                    cols = item * BLOCK_N_MLP + tl.arange(0, BLOCK_N_MLP)
-                    tl.store(hidden_ptr + rows[:, None] * MLP + cols[None, :],
-                             hidden.to(hidden_ptr.dtype.element_ty), mask=row_ok)
+                                                tile * BLOCK_N_MLP, split * depth, depth, MLP,
+                                                BLOCK_M, BLOCK_N_MLP, BLOCK_K, True)
+                    cols = tile * BLOCK_N_MLP + tl.arange(0, BLOCK_N_MLP)[None, :]
+                    last, gate, up = _sum_splits(gate, up, part_ptr, n_rows * 2 * MLP,
+                                                 mlp_counts + tile, split,
+                                                 rows[:, None] * 2 * MLP + cols, MLP, row_ok,
+                                                 MLP_SPLIT, True)
+                    if last:
+                        hidden = gelu_tanh(gate * factor) * (up * factor)
+                        tl.store(hidden_ptr + rows[:, None] * MLP + cols,
+                                 hidden.to(hidden_ptr.dtype.element_ty), mask=row_ok)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
@@ -284,26 +331,34 @@ if triton is not None:
                 for item in range(pid, O_TILES * DOWN_SPLIT, programs):
                     tile = item // DOWN_SPLIT
                     split = item % DOWN_SPLIT
-                    acc, _ = _rows_times_slab(hidden_ptr, MLP, n_rows, down_w, MLP, tile * BLOCK_N,
-                                              split * depth, depth, 0, BLOCK_M, BLOCK_N, BLOCK_K,
-                                              False)
-                    _add_into_residual(acc, tile * BLOCK_N, split, tile, x_ptr, xh_ptr, sumsq_a,
-                                       part_ptr, count_ptr + O_TILES, n_rows, WIDTH, BLOCK_M,
-                                       BLOCK_N, DOWN_SPLIT)
+                    acc, _ = _rows_times_slab(hidden_ptr, MLP, n_rows, down_w, MLP,
+                                              tile * BLOCK_N_O, split * depth, depth, 0,
+                                              BLOCK_M, BLOCK_N_O, BLOCK_K, False)
+                    offsets = rows[:, None] * WIDTH + tile * BLOCK_N_O \
+                        + tl.arange(0, BLOCK_N_O)[None, :]
+                    last, acc, _ = _sum_splits(acc, acc, part_ptr, n_rows * WIDTH,
+                                               down_counts + tile, split, offsets, 0, row_ok,
+                                               DOWN_SPLIT, False)
+                    if last:
+                        _add_into_residual(acc, x_ptr, xh_ptr, sumsq_a, rows, offsets, n_rows)
 
 
 @dataclass(frozen=True)
 class ExpertLayerConfig:
     """Tiles of the expert-layer kernel (kernel_configs.EXPERT_LAYER)."""
 
-    block_n: int = 16
-    block_n_mlp: int = 32
-    block_k: int = 128
+    block_n_qkv: int = 16
+    qkv_split: int = 1
+    block_n_o: int = 16
     o_split: int = 2
+    block_n_mlp: int = 32
+    mlp_split: int = 1
     down_split: int = 2
+    block_k: int = 128
     att_block_m: int = 32
     att_block_n: int = 64
     keys_per_split: int = 128
+    merge_rows: int = 4
     prefetch: bool = True
     num_warps: int = 8
     num_stages: int = 3
@@ -319,17 +374,25 @@ def supported(layers: list, rows: int, width: int, heads: int, head_dim: int, ml
     """Tell whether the expert-layer kernel runs for this stack and row count."""
     cfg = cfg or config()
     half = head_dim // 2
-    pow2 = all(n & (n - 1) == 0 for n in (head_dim, cfg.block_n, cfg.block_n_mlp, cfg.block_k))
+    sizes = (head_dim, cfg.block_n_qkv, cfg.block_n_o, cfg.block_n_mlp, cfg.block_k,
+             cfg.merge_rows)
     on_device = (device.type == 'cuda' and triton is not None) or kernels.INTERPRET_ON_CPU
-    return (on_device and pow2 and dtype in (torch.float16, torch.bfloat16)
+    return (on_device and all(n & (n - 1) == 0 for n in sizes)
+            and dtype in (torch.float16, torch.bfloat16)
             and 0 < rows <= kernel_configs.EXPERT_LAYER_MAX_ROWS
-            and half % cfg.block_n == 0 and width % cfg.block_n == 0
-            and mlp % cfg.block_n_mlp == 0 and width % cfg.block_k == 0
-            and (heads * head_dim) % (cfg.o_split * cfg.block_k) == 0
-            and mlp % (cfg.down_split * cfg.block_k) == 0
+            and half % cfg.block_n_qkv == 0 and width % cfg.block_n_o == 0
+            and mlp % cfg.block_n_mlp == 0
+            and all(depth % (split * cfg.block_k) == 0 for depth, split in _split_depths(
+                cfg, width, heads * head_dim, mlp))
             and all(isinstance(w, torch.Tensor) and w.dtype == dtype
                     for layer in layers
                     for w in (layer.qkv_w, layer.out_w, layer.gate_up_w, layer.down_w)))
+
+
+def _split_depths(cfg: ExpertLayerConfig, width: int, attended: int, mlp: int) -> tuple:
+    """(K, split) of the four projections: qkv, o, gate/up, down."""
+    return ((width, cfg.qkv_split), (attended, cfg.o_split), (width, cfg.mlp_split),
+            (mlp, cfg.down_split))
 
 
 def sync_buffer(launches: int, device: torch.device) -> torch.Tensor:
@@ -380,16 +443,20 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
     part_o = torch.empty(b, n_splits, n_queries, head_dim, dtype=torch.float32, device=device)
     part_m = torch.empty(b, n_splits, n_queries, dtype=torch.float32, device=device)
     part_l = torch.empty_like(part_m)
-    part = torch.empty(max(cfg.o_split, cfg.down_split), rows, width, dtype=torch.float32,
-                       device=device)
-    counts = torch.zeros(2 * (width // cfg.block_n), dtype=torch.int32, device=device)
+    qkv_n = (heads + 2) * head_dim
+    part = torch.empty(max(cfg.qkv_split * qkv_n, cfg.o_split * width,
+                           cfg.mlp_split * 2 * mlp, cfg.down_split * width) * rows,
+                       dtype=torch.float32, device=device)
+    counts = torch.zeros((heads + 2) * (head_dim // 2 // cfg.block_n_qkv)
+                         + 2 * (width // cfg.block_n_o) + mlp // cfg.block_n_mlp,
+                         dtype=torch.int32, device=device)
     programs = num_programs(device)
     pdl = kernels.use_pdl(x) and not phased
     line = 128 // layer0.qkv_w.element_size()
     # Prefetch in whole 128-byte lines, a power of two of them per weight row slab.
     prefetch = cfg.prefetch and x.is_cuda and all(
-        depth % line == 0 and (depth // line) & (depth // line - 1) == 0
-        for depth in (width, heads * head_dim // cfg.o_split, mlp // cfg.down_split))
+        (depth // split) % line == 0 and (depth // split // line) & (depth // split // line - 1)
+        == 0 for depth, split in _split_depths(cfg, width, heads * head_dim, mlp))
     for index, layer in enumerate(layers):
         keys = cache_k[index, :, 0]
         values = cache_v[index, :, 0]
@@ -402,14 +469,15 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
                 bias.stride(0), part_o, part_m, part_l, attended, hidden, part, counts,
                 sync[1 + first_launch + index:], sync, rows, seq, start, n_keys,
                 keys_per_split, head_dim ** -0.5 * LOG2E, eps, WIDTH=width, HEADS=heads,
-                HEAD_DIM=head_dim, MLP=mlp, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
-                BLOCK_N_MLP=cfg.block_n_mlp, BLOCK_K=cfg.block_k, O_SPLIT=cfg.o_split,
-                DOWN_SPLIT=cfg.down_split, ATT_BLOCK_M=cfg.att_block_m,
+                HEAD_DIM=head_dim, MLP=mlp, BLOCK_M=block_m, BLOCK_N_QKV=cfg.block_n_qkv,
+                QKV_SPLIT=cfg.qkv_split, BLOCK_N_O=cfg.block_n_o, O_SPLIT=cfg.o_split,
+                BLOCK_N_MLP=cfg.block_n_mlp, MLP_SPLIT=cfg.mlp_split,
+                DOWN_SPLIT=cfg.down_split, BLOCK_K=cfg.block_k, ATT_BLOCK_M=cfg.att_block_m,
                 ATT_BLOCK_N=min(cfg.att_block_n, triton.next_power_of_2(keys_per_split)),
-                N_SPLITS=n_splits, BLOCK_WIDTH=triton.next_power_of_2(width),
-                FIRST=index == 0, PHASE=phase, WORK=work, PREFETCH=prefetch,
-                LINE=line, USE_PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                launch_pdl=pdl)
+                N_SPLITS=n_splits, MERGE_ROWS=cfg.merge_rows,
+                BLOCK_WIDTH=triton.next_power_of_2(width), FIRST=index == 0, PHASE=phase,
+                WORK=work, PREFETCH=prefetch, LINE=line, USE_PDL=pdl, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages, launch_pdl=pdl)
 
 
 def poison_on_error(sync: torch.Tensor, out: torch.Tensor) -> None:

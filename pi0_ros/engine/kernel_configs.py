@@ -75,8 +75,9 @@ EXPERT_LAYER_MAX_ROWS = 0
 
 # Tiles of that kernel (expert_layer.ExpertLayerConfig). 8 warps: with 4, ptxas needs more
 # than 255 registers per thread and spills (sm_90, Triton 3.6).
-EXPERT_LAYER = {'block_n': 16, 'block_n_mlp': 32, 'block_k': 128, 'o_split': 2,
-                'down_split': 2, 'att_block_m': 32, 'att_block_n': 64, 'keys_per_split': 128,
+EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 1, 'block_n_o': 16, 'o_split': 2,
+                'block_n_mlp': 32, 'mlp_split': 1, 'down_split': 2, 'block_k': 128,
+                'att_block_m': 32, 'att_block_n': 64, 'keys_per_split': 128, 'merge_rows': 4,
                 'prefetch': True, 'num_warps': 8, 'num_stages': 3}
 
 
