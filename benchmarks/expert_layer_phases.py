@@ -25,7 +25,7 @@ from tune_kernels import time_graph  # benchmarks/, next to this script
 from pi0_ros.engine import attention, expert_layer, kernel_configs, model
 from pi0_ros.engine.config import ModelDims
 
-TILE_VARIANTS = [{'prefetch': False}, {'num_warps': 4}, {'num_stages': 4}, {'merge_rows': 1},
+TILE_VARIANTS = [{'num_warps': 4}, {'num_stages': 4}, {'merge_rows': 1},
                  {'merge_rows': 8}, {'o_split': 1, 'down_split': 1},
                  {'block_n_o': 32, 'o_split': 4, 'down_split': 4},
                  {'block_n_qkv': 32, 'qkv_split': 2}, {'block_n_mlp': 64, 'mlp_split': 2}]
@@ -35,6 +35,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument('--json', default='expert_layer_phases.json')
     parser.add_argument('--batch', type=int, default=1)
+    parser.add_argument('--quick', action='store_true',
+                        help='only the stack, the kernel and its barriers (with and without '
+                             'the weight prefetch)')
     args = parser.parse_args()
     kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
     dims = ModelDims.full()
@@ -79,19 +82,33 @@ def main() -> None:
         return body
 
     results = {}
+    report = {'device': torch.cuda.get_device_name(), 'batch': batch, 'layers': depth,
+              'committed_tiles': dataclasses.asdict(committed), 'us_per_layer': results}
 
     def record(name, body):
         results[name] = per_layer_us(body)
         print(f'{name:40s} {results[name]:8.2f} us per layer', flush=True)
+        with open(args.json, 'w') as handle:  # after each variant: a cut-short run keeps them
+            json.dump(dict(report, error_flag=int(sync[0].item())), handle, indent=1)
 
     def stack():
         model._gemma_stack(layers, dims, x, heads, cos, sin, cache_k, cache_v, prefix, bias,
                            state_keys=prefix + 1)
 
+    no_prefetch = dataclasses.replace(committed, prefetch=False)
     record('stack', stack)
     record('persistent', persistent())
-    record('phased', persistent(phased=True))
+    # The barriers alone, with the weight prefetch (the layer's weights still stream into L2)
+    # and without it (the barriers and the launch only).
     record('barriers only', persistent(work=1))
+    record('barriers only, no prefetch', persistent(cfg=no_prefetch, work=1))
+    record('persistent, no prefetch', persistent(cfg=no_prefetch))
+    for index in (1, 4, 6):  # qkv, o, down without the other phases' weight stream
+        record(f'only {expert_layer.PHASES[index]}, no prefetch',
+               persistent(cfg=no_prefetch, work=1 | (1 << index)))
+    if args.quick:
+        return
+    record('phased', persistent(phased=True))
     for index, phase in enumerate(expert_layer.PHASES[1:], start=1):
         record(f'without {phase}', persistent(work=all_work & ~(1 << index)))
         record(f'only {phase}', persistent(work=1 | (1 << index)))
@@ -102,11 +119,6 @@ def main() -> None:
         except Exception as error:  # noqa: BLE001 - a tile that does not compile is reported
             results[name] = f'{type(error).__name__}: {str(error)[:200]}'
             print(name, results[name], flush=True)
-    report = {'device': torch.cuda.get_device_name(), 'batch': batch, 'layers': depth,
-              'committed_tiles': dataclasses.asdict(committed), 'us_per_layer': results,
-              'error_flag': int(sync[0].item())}
-    with open(args.json, 'w') as handle:
-        json.dump(report, handle, indent=1)
 
 
 if __name__ == '__main__':
