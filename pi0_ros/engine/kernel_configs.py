@@ -71,7 +71,8 @@ GELU_MUL_GEMM = {}
 # The action expert's layers as one persistent launch each (expert_layer.py: phases separated
 # by grid-wide barriers) for at most this many rows (51 per observation; 0 = never), else the
 # fused kernels above. H200 (session 6, benchmarks/h200_session6/): slower, 51.6 vs 36.9 us per
-# layer at batch 1 (a barrier costs 1.2 us, a PDL kernel boundary 0.75), so off.
+# layer at batch 1 (a barrier costs ~0.9 us, a PDL kernel boundary 0.75, and each phase about
+# what the kernels it replaces cost), so off.
 EXPERT_LAYER_MAX_ROWS = 0
 
 # Tiles of that kernel (expert_layer.ExpertLayerConfig). 8 warps: with 4, ptxas needs more
