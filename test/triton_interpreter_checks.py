@@ -232,19 +232,17 @@ def check_fp8_rows():
     assert results[0][3].abs().amax(-1).sub(kernels.FP8_MAX).abs().max() < 1e-3
 
 
-def check_engine_triton_path_matches_pytorch_path():
+def _triton_and_pytorch_actions(dims, frames) -> tuple:
+    """Actions of two observations from the Triton path (interpreter) and the PyTorch path."""
     from pi0_ros.engine import Pi0Engine
-    from pi0_ros.engine.config import EngineOptions, ModelDims
+    from pi0_ros.engine.config import EngineOptions
 
-    rng = np.random.default_rng(4)
-    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(2)] \
-        + [rng.integers(0, 256, (90, 90, 3), dtype=np.uint8)]
-    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    noise = np.random.default_rng(4).standard_normal((50, 32)).astype(np.float32)
     outputs = []
     for interpret in (True, False):
         kernels.INTERPRET_ON_CPU = interpret
         kernel_configs.ACTION_LINEAR_TRITON = interpret  # the action side's kernels too
-        engine = Pi0Engine.random(ModelDims.tiny(), state_dim=6, action_dim=6, num_cameras=3,
+        engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
                                   options=EngineOptions(device='cpu', precision='fp16',
                                                         max_frame_height=120,
                                                         max_frame_width=160, max_batch=2))
@@ -252,8 +250,19 @@ def check_engine_triton_path_matches_pytorch_path():
         results = engine.infer_batch([
             (frames, np.linspace(-1, 1, 6), 'pick up the cube', None, noise),
             (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])])
-        outputs.append(np.stack([result.actions for result in results]))
-    triton_path, torch_path = (torch.from_numpy(a).flatten().double() for a in outputs)
+        outputs.append(torch.from_numpy(np.stack([result.actions for result in results]))
+                       .flatten().double())
+    kernels.INTERPRET_ON_CPU = True
+    return tuple(outputs)
+
+
+def check_engine_triton_path_matches_pytorch_path():
+    from pi0_ros.engine.config import ModelDims
+
+    rng = np.random.default_rng(4)
+    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(2)] \
+        + [rng.integers(0, 256, (90, 90, 3), dtype=np.uint8)]
+    triton_path, torch_path = _triton_and_pytorch_actions(ModelDims.tiny(), frames)
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine
 
@@ -264,8 +273,7 @@ def check_expert_layer_kernel():
     import dataclasses
 
     from pi0_ros.engine import expert_layer, model
-    from pi0_ros.engine import Pi0Engine
-    from pi0_ros.engine.config import EngineOptions, ModelDims
+    from pi0_ros.engine.config import ModelDims
 
     dims = dataclasses.replace(ModelDims.tiny(), head_dim=32, expert_width=64,
                                expert_mlp_dim=128, num_steps=3)
@@ -278,7 +286,6 @@ def check_expert_layer_kernel():
     kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
     rng = np.random.default_rng(5)
     frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]
-    noise = rng.standard_normal((50, 32)).astype(np.float32)
     launches = []
     kernel_launch = expert_layer.expert_stack
 
@@ -287,20 +294,8 @@ def check_expert_layer_kernel():
         return kernel_launch(*args, **kwargs)
 
     model.expert_layer.expert_stack = counting_stack
-    outputs = []
-    for interpret in (True, False):
-        kernels.INTERPRET_ON_CPU = interpret
-        kernel_configs.ACTION_LINEAR_TRITON = interpret
-        engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
-                                  options=EngineOptions(device='cpu', precision='fp16',
-                                                        max_frame_height=120,
-                                                        max_frame_width=160, max_batch=2))
-        results = engine.infer_batch([
-            (frames, np.linspace(-1, 1, 6), 'pick up the cube', None, noise),
-            (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])])
-        outputs.append(np.stack([result.actions for result in results]))
+    triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
     assert len(launches) == dims.num_steps and launches[0] == (2, 51, 64), launches
-    triton_path, torch_path = (torch.from_numpy(a).flatten().double() for a in outputs)
     assert torch.isfinite(triton_path).all()
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine

@@ -3,17 +3,17 @@
 """
 One action-expert layer per launch: a persistent Triton kernel for the denoiser at batch 1.
 
-At 51 rows the expert's layer is nine dependent kernels of a few microseconds each, most of it
-launch floor and each kernel's ramp rather than bytes (benchmarks/README.md). Here one launch
-of one program per SM runs the whole layer as phases, separated by grid-wide barriers (a
-counter in memory that every program increments and then waits on):
+At 51 rows the expert's layer is nine dependent kernels of a few microseconds each, more
+latency than bytes (benchmarks/README.md). This kernel tries the other shape: one launch of
+one program per SM runs the whole layer as phases, separated by grid-wide barriers (a counter
+in memory that every program increments and then waits on):
 
   stats     (first layer of a step) row sums of squares of the residual stream, its half copy
   qkv       Q/K/V from the half residual; the RMS normalization as a row factor in the
             epilogue (its scale is folded into the weights), RoPE on Q and K (each program
             computes a column and its rotation partner, 128 apart), K/V into the cache
   attention Q over the prefix cache + the suffix keys, split over keys (attention.attend_block)
-  merge     the splits into the attended rows (attention.merge_row)
+  merge     the splits into the attended rows (attention.merge_rows)
   o         the output projection added into the residual stream, whose tile's squares go
             into the row sums of the next normalization
   gate/up   GELU(gate) * up with the post-attention normalization as a row factor
@@ -140,6 +140,24 @@ if triton is not None:
         tl.store(xh_ptr + offsets, x.to(xh_ptr.dtype.element_ty), mask=row_ok)
         tl.atomic_add(sumsq_ptr + rows, tl.sum(x * x, 1), mask=rows < n_rows, sem='relaxed',
                       scope='gpu')
+
+    @triton.jit
+    def _project_into_residual(a_ptr, w_ptr, depth, item, x_ptr, xh_ptr, sumsq_ptr, part_ptr,
+                               count_ptr, rows, n_rows, WIDTH: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+        # Item = (column tile, K split) of a [rows, depth] x [WIDTH, depth]^T projection whose
+        # result goes into the residual stream (o and down).
+        tile = item // SPLIT
+        split = item % SPLIT
+        acc, _ = _rows_times_slab(a_ptr, depth, n_rows, w_ptr, depth, tile * BLOCK_N,
+                                  split * (depth // SPLIT), depth // SPLIT, 0, BLOCK_M, BLOCK_N,
+                                  BLOCK_K, False)
+        offsets = rows[:, None] * WIDTH + tile * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        last, acc, _ = _sum_splits(acc, acc, part_ptr, n_rows * WIDTH, count_ptr + tile, split,
+                                   offsets, 0, rows[:, None] < n_rows, SPLIT, False)
+        if last:
+            _add_into_residual(acc, x_ptr, xh_ptr, sumsq_ptr, rows, offsets, n_rows)
 
     @triton.jit
     def _expert_layer_kernel(
@@ -287,20 +305,10 @@ if triton is not None:
         if PHASE < 0 or PHASE == 4:
             if (WORK >> 4) & 1:
                 # o: attended rows x W_o, into the residual stream; row sums for gate/up.
-                depth = ATTENDED // O_SPLIT
                 for item in range(pid, O_TILES * O_SPLIT, programs):
-                    tile = item // O_SPLIT
-                    split = item % O_SPLIT
-                    acc, _ = _rows_times_slab(attended_ptr, ATTENDED, n_rows, o_w, ATTENDED,
-                                              tile * BLOCK_N_O, split * depth, depth, 0,
-                                              BLOCK_M, BLOCK_N_O, BLOCK_K, False)
-                    offsets = rows[:, None] * WIDTH + tile * BLOCK_N_O \
-                        + tl.arange(0, BLOCK_N_O)[None, :]
-                    last, acc, _ = _sum_splits(acc, acc, part_ptr, n_rows * WIDTH,
-                                               o_counts + tile, split, offsets, 0, row_ok,
-                                               O_SPLIT, False)
-                    if last:
-                        _add_into_residual(acc, x_ptr, xh_ptr, sumsq_b, rows, offsets, n_rows)
+                    _project_into_residual(attended_ptr, o_w, ATTENDED, item, x_ptr, xh_ptr,
+                                           sumsq_b, part_ptr, o_counts, rows, n_rows, WIDTH,
+                                           BLOCK_M, BLOCK_N_O, BLOCK_K, O_SPLIT)
             if PHASE < 0:
                 barriers += 1
                 _grid_sync(barrier_ptr, error_ptr, barriers * programs)
@@ -332,20 +340,10 @@ if triton is not None:
         if PHASE < 0 or PHASE == 6:
             if (WORK >> 6) & 1:
                 # down: hidden x W_down, into the residual stream; row sums for the next qkv.
-                depth = MLP // DOWN_SPLIT
                 for item in range(pid, O_TILES * DOWN_SPLIT, programs):
-                    tile = item // DOWN_SPLIT
-                    split = item % DOWN_SPLIT
-                    acc, _ = _rows_times_slab(hidden_ptr, MLP, n_rows, down_w, MLP,
-                                              tile * BLOCK_N_O, split * depth, depth, 0,
-                                              BLOCK_M, BLOCK_N_O, BLOCK_K, False)
-                    offsets = rows[:, None] * WIDTH + tile * BLOCK_N_O \
-                        + tl.arange(0, BLOCK_N_O)[None, :]
-                    last, acc, _ = _sum_splits(acc, acc, part_ptr, n_rows * WIDTH,
-                                               down_counts + tile, split, offsets, 0, row_ok,
-                                               DOWN_SPLIT, False)
-                    if last:
-                        _add_into_residual(acc, x_ptr, xh_ptr, sumsq_a, rows, offsets, n_rows)
+                    _project_into_residual(hidden_ptr, down_w, MLP, item, x_ptr, xh_ptr,
+                                           sumsq_a, part_ptr, down_counts, rows, n_rows, WIDTH,
+                                           BLOCK_M, BLOCK_N_O, BLOCK_K, DOWN_SPLIT)
 
 
 @dataclass(frozen=True)
