@@ -177,13 +177,15 @@ def tune_attention(kind: str, batch: int) -> dict:
     if kind == 'suffix':
         heads, prefix, suffix = 8, 816, 51
         rows, state_rows, state_keys = suffix * heads, heads, prefix + 1
-        grid = (itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3))
+        grid = (itertools.product((16, 32, 64), (32, 64), (64, 128, 256, 512), (4, 8), (2, 3),
+                                  (1, 4))
                 if batch == 1 else
-                itertools.product((32, 64, 128), (32, 64), (128, 256, 512, 0), (4, 8), (2, 3)))
+                itertools.product((32, 64, 128), (32, 64), (128, 256, 512, 0), (4, 8), (2, 3),
+                                  (1, 4)))
     else:
         heads, prefix, suffix = 8, 816, 0
         rows, state_rows, state_keys = prefix * heads, 0, 0
-        grid = itertools.product((64, 128), (32, 64), (0, 256), (4, 8), (2, 3))
+        grid = itertools.product((64, 128), (32, 64), (0, 256), (4, 8), (2, 3), (1,))
     q, caches, bias = attention_problem(batch, rows, prefix, suffix)
     scale = 256 ** -0.5
     k0, v0 = caches[0]
@@ -198,9 +200,11 @@ def tune_attention(kind: str, batch: int) -> dict:
     result = {'kind': kind, 'batch': batch, 'rows': rows, 'keys': prefix + suffix,
               'torch_us': baseline,
               'configs': []}
-    for block_m, block_n, keys_per_split, warps, stages in grid:
+    for block_m, block_n, keys_per_split, warps, stages, merge_rows in grid:
+        if merge_rows > 1 and keys_per_split == 0:
+            continue  # no split, nothing to merge
         config = {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
-                  'num_warps': warps, 'num_stages': stages}
+                  'num_warps': warps, 'num_stages': stages, 'merge_rows': merge_rows}
         try:
             out = attention._launch(q, k0, v0, bias, scale, state_rows, state_keys, config)
             error = (out.float() - reference).abs().max().item()

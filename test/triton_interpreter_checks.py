@@ -182,6 +182,8 @@ def check_attention():
             reference = torch.softmax(q.float() @ k.float().transpose(1, 2) * scale + mask,
                                       -1) @ v.float()
             for config in ({'block_m': 16, 'block_n': 16, 'keys_per_split': 32},
+                           {'block_m': 16, 'block_n': 16, 'keys_per_split': 32,
+                            'merge_rows': 4},
                            {'block_m': 32, 'block_n': 32, 'keys_per_split': 0}):
                 config = dict(config, num_warps=4, num_stages=2)
                 out = _launch(q, k, v, bias, scale, heads, prefix + 1, config)

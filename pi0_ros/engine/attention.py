@@ -128,10 +128,11 @@ if triton is not None:
     @triton.jit
     def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
                              stride_ob, stride_om, N_SPLITS: tl.constexpr,
-                             HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr):
+                             HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, USE_PDL: tl.constexpr):
         pdl_enter(USE_PDL)
-        merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0),
-                   tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, 1, '')
+        merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0) * ROWS,
+                   tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, ROWS,
+                   '')
 
 
 def key_bias(key_mask: torch.Tensor, extra_keys: int = 0) -> torch.Tensor:
@@ -210,9 +211,11 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
         USE_PDL=pdl, num_warps=config['num_warps'], num_stages=config['num_stages'],
         launch_pdl=pdl)
     if split:
-        _merge_splits_kernel[(n_queries, batch)](
+        rows = config.get('merge_rows', 1)  # query rows per merge program
+        _merge_splits_kernel[(triton.cdiv(n_queries, rows), batch)](
             part_o, part_m, part_l, out, n_queries, out.stride(0), out.stride(1),
-            N_SPLITS=n_splits, HEAD_DIM=head_dim, USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
+            N_SPLITS=n_splits, HEAD_DIM=head_dim, ROWS=rows, USE_PDL=pdl, num_warps=4,
+            launch_pdl=pdl)
     return out
 
 

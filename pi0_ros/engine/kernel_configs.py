@@ -83,9 +83,9 @@ EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 1, 'block_n_o': 16, 'o_split': 2
                 'prefetch': True, 'num_warps': 8, 'num_stages': 3}
 
 
-def _attention(block_m, block_n, keys_per_split, num_warps, num_stages) -> dict:
+def _attention(block_m, block_n, keys_per_split, num_warps, num_stages, merge_rows=1) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
-            'num_warps': num_warps, 'num_stages': num_stages}
+            'num_warps': num_warps, 'num_stages': num_stages, 'merge_rows': merge_rows}
 
 
 # Attention over one KV head: 'suffix' (the denoising tokens: few rows, keys split across
