@@ -42,6 +42,53 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
                  (1024, 4096, False)]
 
 
+def test_expert_layer_kernel_runs_only_where_switched_on_and_tileable(monkeypatch):
+    from pi0_ros.engine import expert_layer, model
+
+    def layers(dtype=torch.bfloat16):
+        return [model.GemmaLayer(*(torch.zeros(n, k, dtype=dtype) for n, k in
+                                   ((2560, 1024), (1024, 2048), (8192, 1024), (1024, 4096))))]
+
+    def supported(rows=51, dtype=torch.bfloat16, stack=None, cfg=None):
+        return expert_layer.supported(stack or layers(dtype), rows, 1024, 8, 256, 4096, dtype,
+                                      torch.device('cpu'), cfg)
+
+    monkeypatch.setattr(kernels, 'INTERPRET_ON_CPU', True)  # stands for a CUDA device here
+    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
+    assert not supported()  # off: the committed default
+    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 64)
+    assert supported()
+    assert not supported(rows=102)  # more rows than switched on
+    assert not supported(dtype=torch.float32)
+    fp8 = layers()
+    fp8[0].down_w = gemm.Fp8Weight.quantize(torch.zeros(1024, 4096))
+    assert not supported(stack=fp8)  # weight-only FP8 expert: the fused kernels
+    wide = dataclasses.replace(expert_layer.config(), block_n_qkv=256)
+    assert not supported(cfg=wide)  # a tile wider than half a head cannot pair RoPE columns
+    uneven = dataclasses.replace(expert_layer.config(), down_split=3)
+    assert not supported(cfg=uneven)
+    monkeypatch.setattr(kernels, 'INTERPRET_ON_CPU', False)
+    assert not supported()  # CPU tensors without the interpreter: PyTorch
+
+
+def test_bench_kernel_config_sets_switches_numbers_and_table_entries(monkeypatch):
+    from pi0_ros.bench import apply_kernel_config
+
+    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
+    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
+    monkeypatch.setattr(kernel_configs, 'PDL', True)
+    apply_kernel_config('EXPERT_LAYER_MAX_ROWS=64')
+    apply_kernel_config('PDL=0')
+    apply_kernel_config('EXPERT_LAYER.num_warps=4')
+    apply_kernel_config('EXPERT_LAYER.prefetch=off')
+    assert kernel_configs.EXPERT_LAYER_MAX_ROWS == 64 and kernel_configs.PDL is False
+    assert kernel_configs.EXPERT_LAYER['num_warps'] == 4
+    assert kernel_configs.EXPERT_LAYER['prefetch'] is False
+    for bad in ('NOT_A_SETTING=1', 'EXPERT_LAYER.not_a_key=1', 'ATTENTION=1', 'PDL.x=1'):
+        with pytest.raises(SystemExit):
+            apply_kernel_config(bad)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize('pdl', [True, False])
 @pytest.mark.parametrize('rows', [51, 408])
