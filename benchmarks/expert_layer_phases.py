@@ -13,7 +13,8 @@ per layer:
   barriers only     no phase does work
   phased            one launch per phase (no barriers, PDL between the launches)
   tiles ...         the committed tiles with one entry changed
-Usage: python benchmarks/expert_layer_phases.py --json expert_layer_phases.json
+Usage: python benchmarks/expert_layer_phases.py --json expert_layer_phases.json (or run_h200.sh
+EXPERT_LAYER=1)
 """
 import argparse
 import dataclasses

@@ -17,6 +17,10 @@
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
 #   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
 #   FLOOR=1 also measures the launch floor (benchmarks/launch_floor.py, launch_floor.json).
+#   EXPERT_LAYER=1 also benchmarks batch 1 and 2 with the persistent expert-layer kernel
+#   (bench_expert_layer.log/.json, with --check; EXPERT_LAYER_TILES='--kernel-config
+#   EXPERT_LAYER.KEY=VALUE ...' sets its tiles) and times its phases
+#   (benchmarks/expert_layer_phases.py, expert_layer_phases.json).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -72,6 +76,16 @@ fi
 if [ "${FLOOR:-0}" = 1 ]; then
   # The launch floor of a chain of dependent kernels and the expert's projections per layer.
   python3 benchmarks/launch_floor.py --json "$OUT/launch_floor.json" 2>&1 | tail -8
+fi
+if [ "${EXPERT_LAYER:-0}" = 1 ]; then
+  # One persistent launch per expert layer (off by default): the engine with it, then its phases.
+  # shellcheck disable=SC2086
+  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,2 \
+    --iters "${ITERS:-100}" --skip-lerobot --check --kernel-config EXPERT_LAYER_MAX_ROWS=128 \
+    ${EXPERT_LAYER_TILES:-} --out /tmp/bench_expert_layer 2>&1 | tee "$OUT/bench_expert_layer.log"
+  cp /tmp/bench_expert_layer/bench.json "$OUT/bench_expert_layer.json"
+  python3 benchmarks/expert_layer_phases.py --json "$OUT/expert_layer_phases.json" 2>&1 \
+    | tail -30
 fi
 if [ "${EXPERIMENTS:-0}" = 1 ]; then
   # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).
