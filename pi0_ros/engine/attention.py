@@ -37,7 +37,7 @@ if triton is not None:
         """
         One block of BLOCK_M query rows over one split of the keys (online softmax).
 
-        SPLIT: write the float32 partials (o, running max, sum) of this split for merge_row;
+        SPLIT: write the float32 partials (o, running max, sum) of this split for merge_rows;
         else the normalized output. CACHE is the load cache modifier of the queries, keys and
         values ('.cg' when other programs of the same launch wrote them).
         """

@@ -410,49 +410,80 @@ def num_programs(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@dataclass
+class Workspace:
+    """Scratch of expert_stack for one shape: allocate once, use for every Euler step."""
+
+    xh: torch.Tensor        # the residual stream in the compute dtype [rows, W]
+    sumsq: torch.Tensor     # row sums of squares, two sets [2 * block_m]
+    queries: torch.Tensor   # rotated queries [rows, heads * head_dim]
+    attended: torch.Tensor  # attention output [rows, heads * head_dim]
+    hidden: torch.Tensor    # GELU(gate) * up [rows, mlp]
+    part_o: torch.Tensor    # attention split partials: o [b, splits, queries, head_dim],
+    part_m: torch.Tensor    # running max and sum [b, splits, queries]
+    part_l: torch.Tensor
+    part: torch.Tensor      # split-K partial sums of the projections (float32)
+    counts: torch.Tensor    # per-tile counters (zeroed; each launch leaves them zeroed)
+
+
+def workspace(layers: list, x: torch.Tensor, heads: int, head_dim: int, start: int,
+              cfg: ExpertLayerConfig = None) -> Workspace:
+    """Allocate expert_stack's scratch for the residual stream x [b, S, W] and start keys."""
+    cfg = cfg or config()
+    b, seq, width = x.shape
+    rows = b * seq
+    mlp = layers[0].down_w.shape[1]
+    dtype = layers[0].qkv_w.dtype
+    n_splits = triton.cdiv(start + seq, min(cfg.keys_per_split, start + seq))
+    n_queries = seq * heads
+    device = x.device
+    queries = torch.empty(rows, heads * head_dim, dtype=dtype, device=device)
+    part_m = torch.empty(b, n_splits, n_queries, dtype=torch.float32, device=device)
+    return Workspace(
+        xh=torch.empty(rows, width, dtype=dtype, device=device),
+        sumsq=torch.empty(2 * max(16, triton.next_power_of_2(rows)), dtype=torch.float32,
+                          device=device),
+        queries=queries, attended=torch.empty_like(queries),
+        hidden=torch.empty(rows, mlp, dtype=dtype, device=device),
+        part_o=torch.empty(b, n_splits, n_queries, head_dim, dtype=torch.float32,
+                           device=device),
+        part_m=part_m, part_l=torch.empty_like(part_m),
+        part=torch.empty(max(cfg.qkv_split * (heads + 2) * head_dim, cfg.o_split * width,
+                             cfg.mlp_split * 2 * mlp, cfg.down_split * width) * rows,
+                         dtype=torch.float32, device=device),
+        counts=torch.zeros((heads + 2) * (head_dim // 2 // cfg.block_n_qkv)
+                           + 2 * (width // cfg.block_n_o) + mlp // cfg.block_n_mlp,
+                           dtype=torch.int32, device=device))
+
+
 def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, sync: torch.Tensor,
                  first_launch: int, cfg: ExpertLayerConfig = None, phased: bool = None,
-                 work: int = (1 << len(PHASES)) - 1) -> None:
+                 work: int = (1 << len(PHASES)) - 1, scratch: Workspace = None) -> None:
     """
     Run the expert layers over the residual stream x [b, S, W] float32 (in place).
 
     Writes each layer's suffix K/V into cache_k/v[layer, :b, 0, start:start+S] and attends
     over positions 0..start+S with the additive key bias [b, start+S]; the state token (first
     of each observation) sees only keys up to start. sync holds the error flag and barrier
-    counters (sync_buffer); this call uses counters first_launch.. (one per layer). phased
-    runs one launch per phase (the interpreter's way; by default on the CPU only). work (a
-    bit per phase) leaves phases out, for timing only.
+    counters (sync_buffer); this call uses counters first_launch.. (one per layer). scratch
+    (workspace(), same shapes and cfg) is allocated here when not given. phased runs one
+    launch per phase (the interpreter's way; by default on the CPU only). work (a bit per
+    phase) leaves phases out, for timing only.
     """
     cfg = cfg or config()
+    scratch = scratch or workspace(layers, x, heads, head_dim, start, cfg)
     b, seq, width = x.shape
     rows = b * seq
     layer0 = layers[0]
     mlp = layer0.down_w.shape[1]
-    dtype = layer0.qkv_w.dtype
-    block_m = max(16, triton.next_power_of_2(rows))
     n_keys = start + seq
     keys_per_split = min(cfg.keys_per_split, n_keys)
-    n_splits = triton.cdiv(n_keys, keys_per_split)
-    n_queries = seq * heads
+    n_splits = scratch.part_o.shape[1]
+    block_m = scratch.sumsq.numel() // 2
     phased = (not x.is_cuda) if phased is None else phased
     device = x.device
-    xh = torch.empty(rows, width, dtype=dtype, device=device)
-    sumsq = torch.empty(2 * block_m, dtype=torch.float32, device=device)
-    queries = torch.empty(rows, heads * head_dim, dtype=dtype, device=device)
-    attended = torch.empty_like(queries)
-    hidden = torch.empty(rows, mlp, dtype=dtype, device=device)
-    part_o = torch.empty(b, n_splits, n_queries, head_dim, dtype=torch.float32, device=device)
-    part_m = torch.empty(b, n_splits, n_queries, dtype=torch.float32, device=device)
-    part_l = torch.empty_like(part_m)
-    qkv_n = (heads + 2) * head_dim
-    part = torch.empty(max(cfg.qkv_split * qkv_n, cfg.o_split * width,
-                           cfg.mlp_split * 2 * mlp, cfg.down_split * width) * rows,
-                       dtype=torch.float32, device=device)
-    counts = torch.zeros((heads + 2) * (head_dim // 2 // cfg.block_n_qkv)
-                         + 2 * (width // cfg.block_n_o) + mlp // cfg.block_n_mlp,
-                         dtype=torch.int32, device=device)
     programs = num_programs(device)
     pdl = kernels.use_pdl(x) and not phased
     line = 128 // layer0.qkv_w.element_size()
@@ -467,9 +498,10 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
             if phase == 0 and index > 0:
                 continue
             _expert_layer_kernel[(programs,)](
-                x, xh, sumsq, layer.qkv_w, layer.out_w, layer.gate_up_w, layer.down_w, cos,
-                sin, queries, keys, values, keys.stride(0), values.stride(0), bias,
-                bias.stride(0), part_o, part_m, part_l, attended, hidden, part, counts,
+                x, scratch.xh, scratch.sumsq, layer.qkv_w, layer.out_w, layer.gate_up_w,
+                layer.down_w, cos, sin, scratch.queries, keys, values, keys.stride(0),
+                values.stride(0), bias, bias.stride(0), scratch.part_o, scratch.part_m,
+                scratch.part_l, scratch.attended, scratch.hidden, scratch.part, scratch.counts,
                 sync[1 + first_launch + index:], sync, rows, seq, start, n_keys,
                 keys_per_split, head_dim ** -0.5 * LOG2E, eps, WIDTH=width, HEADS=heads,
                 HEAD_DIM=head_dim, MLP=mlp, BLOCK_M=block_m, BLOCK_N_QKV=cfg.block_n_qkv,

@@ -452,19 +452,20 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     layers = w.expert_layers
     # One persistent launch per expert layer where it runs (expert_layer.py), else the stack
     # of fused kernels.
-    fused = expert_layer.supported(layers, b * suffix, dims.expert_width, dims.expert_heads,
-                                   dims.head_dim, dims.expert_mlp_dim, cache_k.dtype,
-                                   noise.device)
-    if fused:
+    persistent = expert_layer.supported(layers, b * suffix, dims.expert_width,
+                                        dims.expert_heads, dims.head_dim, dims.expert_mlp_dim,
+                                        cache_k.dtype, noise.device)
+    if persistent:
         sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
+        scratch = expert_layer.workspace(layers, x, dims.expert_heads, dims.head_dim, length)
     for step in range(dims.num_steps):
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
         x[:, 0].copy_(state_token)
-        if fused:
+        if persistent:
             expert_layer.expert_stack(layers, x, dims.rms_norm_eps, dims.expert_heads,
                                       dims.head_dim, cos, sin, cache_k, cache_v, length, bias,
-                                      sync, step * len(layers))
+                                      sync, step * len(layers), scratch=scratch)
             kernels.add_rms_norm(x.view(-1, dims.expert_width), None,
                                  normed.view(-1, dims.expert_width), dims.rms_norm_eps)
         else:
@@ -473,5 +474,5 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
         # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
         gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
                            accumulate_scale=dt)
-    if fused:
+    if persistent:
         expert_layer.poison_on_error(sync, out)
