@@ -142,7 +142,8 @@ class Pi0ControlNode(LifecycleNode):
         self._worker = InferenceWorker(lambda: build_engine(settings), self._on_chunk_result,
                                        max_consecutive_failures=settings.max_consecutive_failures,
                                        logger=self.get_logger(),
-                                       niceness=settings.inference_niceness)
+                                       niceness=settings.inference_niceness,
+                                       encode_frames_ahead=settings.encode_frames_ahead)
         started = time.monotonic()
         self._worker.start()
         if not self._worker.wait_ready(settings.engine_ready_timeout):
@@ -416,6 +417,10 @@ class Pi0ControlNode(LifecycleNode):
             self._reject(error, f'camera {camera}')
             return
         frame_key = (camera, stamp_to_nanoseconds(msg.header.stamp))
+        if self._active:
+            # Encoded now if the inference thread is idle: off the critical path of the
+            # observation this frame will belong to.
+            self._worker.offer_frame(index, rgb, frame_key)
         with self._lock:
             matched = self._sync.add(index, stamp, (rgb, frame_key))
         if matched is not None:
@@ -700,6 +705,8 @@ class Pi0ControlNode(LifecycleNode):
                  'failures': worker.counters['failures'],
                  'chunks discarded (old instruction)': worker.counters['discarded'],
                  'vision cache hits': status.vision_cache_hits,
+                 'frames encoded ahead': worker.counters['frames_encoded_ahead'],
+                 'frames encoded ahead, failed': worker.counters['encode_ahead_failures'],
                  'language cache hits': status.language_cache_hits,
                  'gpu memory used bytes': status.gpu_memory_used_bytes,
                  'gpu utilization %': status.gpu_utilization_percent}),

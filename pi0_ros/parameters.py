@@ -69,6 +69,9 @@ SPECS = {
                                         'failed', 0, 1000),
     'inference_niceness': Spec(10, 'Scheduling niceness of the inference thread (0 = same as the '
                                    'node): higher lets the control timer win a busy CPU', 0, 19),
+    'encode_frames_ahead': Spec(True, 'Encode each camera frame on the inference thread when it '
+                                      'arrives and the thread is idle, so an observation only '
+                                      'encodes the frames that were not yet encoded'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
@@ -169,6 +172,7 @@ class Settings:
     engine_ready_timeout: float
     max_consecutive_failures: int
     inference_niceness: int
+    encode_frames_ahead: bool
     camera_names: list
     camera_topics: list
     camera_transports: list

@@ -6,7 +6,9 @@ The inference worker: one named thread that owns the engine and turns observatio
 The engine is built, warmed up (CUDA graphs captured) and run on this one thread. Observations
 arrive in a single slot where the latest wins; results made for an older instruction epoch are
 discarded; failures are retried on the next observations up to a bound, then the worker enters a
-visible FAILED state until `recover()`.
+visible FAILED state until `recover()`. While no observation waits, the thread encodes camera
+frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the observation that a
+frame later completes finds its features ready and only encodes the frames still new.
 """
 from collections import deque
 from dataclasses import dataclass, field
@@ -58,7 +60,8 @@ class InferenceWorker:
     """Runs `engine.infer` on a dedicated thread; never on the ROS executor."""
 
     def __init__(self, engine_factory, on_result, *, max_consecutive_failures=3, logger=None,
-                 name='pi0_inference', latency_window=200, niceness=0):
+                 name='pi0_inference', latency_window=200, niceness=0,
+                 encode_frames_ahead=True, warning_period_s=5.0):
         self._engine_factory = engine_factory
         self._on_result = on_result
         self._max_failures = max_consecutive_failures
@@ -68,6 +71,10 @@ class InferenceWorker:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._slot = None
+        self._arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
+        self._encode_frames_ahead = encode_frames_ahead
+        self._warning_period_s = warning_period_s
+        self._last_encode_warning = -float('inf')
         self._epoch = 0
         self._stop_requested = False
         self._ready = threading.Event()
@@ -76,7 +83,8 @@ class InferenceWorker:
         self.state = WorkerState.STOPPED
         self.error = ''
         self.latencies_s = deque(maxlen=latency_window)
-        self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0}
+        self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0,
+                         'frames_encoded_ahead': 0, 'encode_ahead_failures': 0}
         self.consecutive_failures = 0
 
     # Control from the node (any thread) -----------------------------------------------------
@@ -103,6 +111,18 @@ class InferenceWorker:
             self._slot = observation
             self._wakeup.notify()
 
+    def offer_frame(self, camera, frame, key):
+        """
+        Offer a camera frame to encode ahead while the thread is idle (the newest per camera).
+
+        key is the frame key the observation will name; ignored when encoding ahead is off.
+        """
+        if not self._encode_frames_ahead:
+            return
+        with self._wakeup:
+            self._arrived_frames[camera] = (frame, key)
+            self._wakeup.notify()
+
     def set_epoch(self, epoch):
         """Results for observations of an older epoch (instruction, reset) are discarded."""
         with self._wakeup:
@@ -127,6 +147,7 @@ class InferenceWorker:
         with self._wakeup:
             self._stop_requested = True
             self._slot = None
+            self._arrived_frames.clear()
             self._wakeup.notify()
         thread, self._thread = self._thread, None
         if thread is None:
@@ -173,6 +194,8 @@ class InferenceWorker:
             self._ready.set()
             self._release_engine()
             return
+        if getattr(self._engine, 'encode_frames', None) is None:
+            self._encode_frames_ahead = False
         self.state = WorkerState.READY
         self._ready.set()
         try:
@@ -185,12 +208,25 @@ class InferenceWorker:
         while True:
             with self._wakeup:
                 while not self._stop_requested and (
-                        self._slot is None or self.state is WorkerState.FAILED):
+                        (self._slot is None and not self._arrived_frames)
+                        or self.state is WorkerState.FAILED):
                     self._wakeup.wait()
                 if self._stop_requested:
                     return
-                observation, self._slot = self._slot, None
-                self.state = WorkerState.RUNNING
+                if self._slot is None:  # idle: encode one arrived frame, then look again
+                    camera = next(iter(self._arrived_frames))
+                    frame, key = self._arrived_frames.pop(camera)
+                    observation = None
+                else:
+                    observation, self._slot = self._slot, None
+                    # The call encodes the observation's own frames that are still waiting.
+                    for camera, (_, key) in list(self._arrived_frames.items()):
+                        if key in observation.frame_keys:
+                            del self._arrived_frames[camera]
+                    self.state = WorkerState.RUNNING
+            if observation is None:
+                self._encode_ahead(camera, frame, key)
+                continue
             result = self._infer(observation)
             with self._wakeup:
                 if self.state is WorkerState.RUNNING:
@@ -226,6 +262,19 @@ class InferenceWorker:
         self.latencies_s.append(latency)
         return ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
                            dict(output.timings_ms), int(output.vision_cache_hits), latency)
+
+    def _encode_ahead(self, camera, frame, key):
+        try:
+            self.counters['frames_encoded_ahead'] += self._engine.encode_frames(
+                {camera: frame}, {camera: key})
+        except Exception as error:  # noqa: B902 - the observation's call encodes it instead
+            self.counters['encode_ahead_failures'] += 1
+            now = time.monotonic()
+            if now - self._last_encode_warning >= self._warning_period_s:
+                self._last_encode_warning = now
+                self._log('warning', f'encoding camera {camera} ahead failed '
+                                     f"({self.counters['encode_ahead_failures']} so far; the "
+                                     f'observation encodes it): {type(error).__name__}: {error}')
 
     def _release_engine(self):
         engine, self._engine = self._engine, None

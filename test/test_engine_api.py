@@ -45,7 +45,8 @@ def test_attributes_and_result_type(shared_engine):
             shared_engine.num_cameras) == (DIMS.chunk_size, 5, 6, 2)
     assert shared_engine.device == torch.device('cpu')
     assert shared_engine.dtype == torch.float32  # 'auto' on the CPU
-    assert set(shared_engine.stats) == {'vision_cache_hits', 'language_cache_hits', 'calls'}
+    assert set(shared_engine.stats) == {'vision_cache_hits', 'language_cache_hits', 'calls',
+                                        'frames_encoded_ahead'}
 
 
 def test_same_noise_same_chunk_and_fresh_noise_differs(shared_engine):
@@ -124,6 +125,52 @@ def test_vision_cache_reuses_features_and_matches_uncached():
     # No keys: never cached.
     assert pi0.infer(frames, state, 'grasp', noise=noise).vision_cache_hits == 0
     assert pi0.stats['vision_cache_hits'] == 3
+
+
+def test_frames_encoded_ahead_are_reused_by_the_observation():
+    pi0 = make_engine(max_batch=2)
+    frames, state, noise = observation(8)
+    keys = [(200, 'cam0'), (200, 'cam1')]
+    # Camera 0 arrives first and is encoded on its own; the call then encodes only camera 1.
+    assert pi0.encode_frames({0: frames[0]}, {0: keys[0]}) == 1
+    assert pi0.encode_frames({0: frames[0]}, {0: keys[0]}) == 0  # already encoded
+    ahead = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+    assert ahead.vision_cache_hits == 1
+    fresh = make_engine(max_batch=2).infer(frames, state, 'grasp', noise=noise)
+    np.testing.assert_allclose(ahead.actions, fresh.actions, rtol=1e-5, atol=1e-5)
+    # Both cameras ahead, into the second observation slot of a batch.
+    other_frames, other_state, _ = observation(9)
+    other_keys = [(300, 'cam0'), (300, 'cam1')]
+    assert pi0.encode_frames(dict(enumerate(other_frames)), dict(enumerate(other_keys)),
+                             slot=1) == 2
+    results = pi0.infer_batch([(frames, state, 'grasp', keys, noise),
+                               (other_frames, other_state, 'grasp', other_keys, noise)])
+    assert [r.vision_cache_hits for r in results] == [2, 2]
+    alone = make_engine().infer(other_frames, other_state, 'grasp', noise=noise)
+    np.testing.assert_allclose(results[1].actions, alone.actions, rtol=1e-5, atol=1e-5)
+    assert pi0.stats['frames_encoded_ahead'] == 3
+    # A newer frame encoded ahead replaces the cached one: the old key no longer hits.
+    newer = observation(10)[0][0]
+    pi0.encode_frames({0: newer}, {0: (201, 'cam0')})
+    assert pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise).vision_cache_hits == 1
+
+
+def test_encode_frames_rejects_bad_input():
+    pi0 = make_engine()
+    frames, _, _ = observation(11)
+    with pytest.raises(InputError, match='same cameras'):
+        pi0.encode_frames({0: frames[0]}, {1: 'key'})
+    with pytest.raises(InputError, match='camera index'):
+        pi0.encode_frames({2: frames[0]}, {2: 'key'})
+    with pytest.raises(InputError, match='needs a key'):
+        pi0.encode_frames({0: frames[0]}, {0: None})
+    with pytest.raises(InputError, match='hashable'):
+        pi0.encode_frames({0: frames[0]}, {0: ['key']})
+    with pytest.raises(InputError, match='uint8'):
+        pi0.encode_frames({0: frames[0].astype(np.float32)}, {0: 'key'})
+    with pytest.raises(InputError, match='slot'):
+        pi0.encode_frames({0: frames[0]}, {0: 'key'}, slot=1)
+    assert pi0.stats['frames_encoded_ahead'] == 0
 
 
 def test_language_cache_counts_and_matches_uncached():

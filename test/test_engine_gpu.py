@@ -105,6 +105,20 @@ def test_cached_vision_equals_uncached_on_gpu():
     np.testing.assert_array_equal(cached.actions, first.actions)
 
 
+def test_frames_encoded_ahead_match_frames_encoded_in_the_call_on_gpu():
+    """encode_frames (one camera per graph replay) gives the features the call would compute."""
+    pi0 = make_engine(precision='fp32')
+    pi0.warmup()
+    frames, state, noise = observation(16)
+    keys = [(16, 'a'), (16, 'b'), (16, 'c')]
+    assert pi0.encode_frames({0: frames[0]}, {0: keys[0]}) == 1
+    assert pi0.encode_frames({1: frames[1]}, {1: keys[1]}) == 1
+    ahead = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
+    assert ahead.vision_cache_hits == 2
+    in_call = make_engine(precision='fp32').infer(frames, state, 'grasp', noise=noise)
+    np.testing.assert_allclose(ahead.actions, in_call.actions, rtol=1e-4, atol=1e-4)
+
+
 def test_batch_buckets_match_single_calls():
     pi0 = make_engine(precision='fp32', max_batch=4)
     single = make_engine(precision='fp32')

@@ -107,6 +107,12 @@ def test_commands_at_control_rate_valid_within_limits_and_stamped_chunks(harness
     names = {s.name for _, array in harness.diagnostics for s in array.status}
     assert any(name.endswith(': engine') for name in names)
     assert any(name.endswith(': output') for name in names)
+    # Frames are encoded as they arrive (every set has new stamps, so a vision cache hit is a
+    # frame encoded ahead that its observation then used).
+    engine = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
+              for s in array.status if s.name.endswith(': engine')][-1]
+    assert int(engine['frames encoded ahead']) > 0
+    assert int(engine['vision cache hits']) > 0 and status.vision_cache_hits > 0
     assert harness.process.returncode is None
 
 

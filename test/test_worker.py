@@ -27,6 +27,8 @@ class ScriptedEngine:
         self.fail_next = 0
         self.closed = False
         self.thread_names = []
+        self.encoded = []  # (camera, key) per encode_frames call
+        self.fail_encode = 0
 
     def warmup(self):
         self.thread_names.append(threading.current_thread().name)
@@ -40,13 +42,21 @@ class ScriptedEngine:
             raise RuntimeError('CUDA out of memory (injected)')
         return Output(np.full((50, 6), float(len(self.calls))), {'total': 1.0})
 
+    def encode_frames(self, frames, frame_keys):
+        self.thread_names.append(threading.current_thread().name)
+        if self.fail_encode:
+            self.fail_encode -= 1
+            raise ValueError('frame is 4000x3000, larger than the maximum (injected)')
+        self.encoded.extend(frame_keys.items())
+        return len(frame_keys)
+
     def close(self):
         self.closed = True
 
 
-def observation(epoch=1, instruction='pick', stamp=1.0):
+def observation(epoch=1, instruction='pick', stamp=1.0, frame_keys=(None,) * 3):
     return Observation(stamp=stamp, stamp_ns=int(stamp * 1e9),
-                       frames=(np.zeros((4, 4, 3), np.uint8),) * 3, frame_keys=(None,) * 3,
+                       frames=(np.zeros((4, 4, 3), np.uint8),) * 3, frame_keys=frame_keys,
                        state=np.zeros(6), instruction=instruction, epoch=epoch)
 
 
@@ -149,3 +159,86 @@ def test_engine_that_fails_to_build_reports_failed():
     assert worker.state is WorkerState.FAILED
     assert 'model.safetensors missing' in worker.error
     assert worker.stop(TIMEOUT)
+
+
+FRAME = np.zeros((4, 4, 3), np.uint8)
+
+
+class Warnings:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, message):
+        self.lines.append(message)
+
+    error = info = warning
+
+
+def test_frames_are_encoded_ahead_while_idle_newest_per_camera():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector)
+    worker.submit(observation(instruction='first'))
+    assert wait_for(lambda: engine.calls == ['first'])
+    # While the engine is busy, camera 0 sends two frames and camera 1 one.
+    worker.offer_frame(0, FRAME, 'a')
+    worker.offer_frame(0, FRAME, 'b')
+    worker.offer_frame(1, FRAME, 'c')
+    threading.Event().wait(0.1)  # a negative check: nothing is encoded during the inference
+    assert engine.encoded == []
+    engine.gate.release()
+    collector.wait()
+    assert wait_for(lambda: engine.encoded == [(0, 'b'), (1, 'c')])
+    assert worker.counters['frames_encoded_ahead'] == 2
+    assert worker.state is WorkerState.READY and not worker.busy
+    assert set(engine.thread_names) == {'pi0_inference'}
+    worker.stop(TIMEOUT)
+
+
+def test_an_observation_goes_before_arrived_frames_and_encodes_its_own():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector)
+    worker.submit(observation(instruction='first'))
+    assert wait_for(lambda: engine.calls == ['first'])
+    worker.offer_frame(0, FRAME, 'x')
+    worker.offer_frame(1, FRAME, 'y')
+    worker.submit(observation(instruction='second', frame_keys=('x', 'z', 'w')))
+    engine.gate.release()
+    collector.wait()
+    # 'second' runs next, before any frame is encoded ahead; its own frame 'x' is left to it.
+    assert wait_for(lambda: engine.calls == ['first', 'second'])
+    assert engine.encoded == []
+    engine.gate.release()
+    collector.wait()
+    assert wait_for(lambda: engine.encoded == [(1, 'y')])
+    worker.stop(TIMEOUT)
+
+
+def test_a_failed_encode_ahead_is_counted_and_logged_throttled():
+    engine, collector, log = ScriptedEngine(), Collector(), Warnings()
+    worker = started_worker(engine, collector, logger=log, warning_period_s=60.0)
+    engine.fail_encode = 2
+    worker.offer_frame(0, FRAME, 'big')
+    assert wait_for(lambda: worker.counters['encode_ahead_failures'] == 1)
+    worker.offer_frame(0, FRAME, 'big again')
+    assert wait_for(lambda: worker.counters['encode_ahead_failures'] == 2)
+    warnings = [line for line in log.lines if 'ahead failed' in line]
+    assert len(warnings) == 1 and 'larger than the maximum' in warnings[0]
+    # The worker keeps serving: the next frame and an observation go through.
+    worker.offer_frame(0, FRAME, 'ok')
+    assert wait_for(lambda: engine.encoded == [(0, 'ok')])
+    worker.submit(observation())
+    engine.gate.release()
+    collector.wait()
+    assert worker.state is WorkerState.READY and worker.counters['failures'] == 0
+    worker.stop(TIMEOUT)
+
+
+def test_frames_are_not_encoded_ahead_when_switched_off():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector, encode_frames_ahead=False)
+    worker.offer_frame(0, FRAME, 'a')
+    worker.submit(observation())
+    engine.gate.release()
+    collector.wait()
+    assert engine.encoded == [] and worker.counters['frames_encoded_ahead'] == 0
+    worker.stop(TIMEOUT)

@@ -155,7 +155,8 @@ class Pi0Engine:
         self._capture_stream = None
         self._graph_thread = None
         self._buckets = batch_buckets(options.max_batch, options.batch_buckets)
-        self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0}
+        self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0,
+                       'frames_encoded_ahead': 0}
         self._image_tokens = num_cameras * dims.tokens_per_image
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length
         with torch.inference_mode(False), torch.no_grad():
@@ -358,7 +359,7 @@ class Pi0Engine:
     # Public API
     @property
     def stats(self) -> dict:
-        """Cache hit counters and the number of inference calls so far."""
+        """Cache hit counters, frames encoded ahead and the number of inference calls so far."""
         return dict(self._stats)
 
     def warmup(self) -> None:
@@ -405,6 +406,45 @@ class Pi0Engine:
         padded = [tuple(o) + (None,) * (5 - len(o)) for o in observations]
         return self._infer([o[:4] for o in padded], [o[4] for o in padded])
 
+    def encode_frames(self, frames: dict, frame_keys: dict, slot: int = 0) -> int:
+        """
+        Encode camera frames ahead of the observation they belong to; return how many ran.
+
+        frames and frame_keys map camera index -> HxWx3 uint8 frame / its hashable key (not
+        None). A later infer() (or infer_batch() observation `slot`) that names the same key
+        for that camera reuses these features instead of encoding the frame on its critical
+        path; a camera whose key is already encoded in that slot is skipped. Blocks until the
+        features are computed.
+        """
+        self._check_open()
+        if set(frames) != set(frame_keys):
+            raise InputError('frames and frame_keys must name the same cameras')
+        if not 0 <= slot < self.options.max_batch:
+            raise InputError(f'slot must be in 0..{self.options.max_batch - 1}, got {slot}')
+        pending = []
+        for cam in sorted(frames):
+            if not isinstance(cam, int) or not 0 <= cam < self.num_cameras:
+                raise InputError(f'camera index must be in 0..{self.num_cameras - 1}, got {cam}')
+            self._check_frame('', cam, frames[cam])
+            key = frame_keys[cam]
+            try:
+                hash(key)
+            except TypeError as error:
+                raise InputError(f'frame keys must be hashable: {error}') from error
+            if key is None:
+                raise InputError(f'camera {cam}: a frame encoded ahead needs a key')
+            pending.append((slot, cam, key, frames[cam]))
+        with self._lock, torch.inference_mode():
+            self._check_open()
+            pending = [item for item in pending
+                       if self._slot_frame_keys[slot][item[1]] != item[2]]
+            self._encode_pending(pending, lambda: None)
+            if self._is_cuda:
+                torch.cuda.current_stream(self.device).synchronize()
+            self._remember_frame_keys(pending)
+            self._stats['frames_encoded_ahead'] += len(pending)
+        return len(pending)
+
     def close(self) -> None:
         """Free weights, buffers and graphs (GPU memory is returned to the allocator)."""
         with self._lock:
@@ -429,6 +469,22 @@ class Pi0Engine:
         if self._closed:
             raise EngineError('engine is closed')
 
+    def _check_frame(self, where: str, cam: int, frame) -> None:
+        o = self.options
+        if not isinstance(frame, np.ndarray):
+            raise InputError(f'{where}frame {cam} must be a numpy array, '
+                             f'got {type(frame).__name__}')
+        if frame.dtype != np.uint8:
+            raise InputError(f'{where}frame {cam} must be uint8, got {frame.dtype}')
+        if frame.ndim != 3 or frame.shape[2] != 3:
+            raise InputError(f'{where}frame {cam} must be HxWx3 RGB, got {frame.shape}')
+        if frame.shape[0] < 1 or frame.shape[1] < 1:
+            raise InputError(f'{where}frame {cam} is empty: {frame.shape}')
+        if frame.shape[0] > o.max_frame_height or frame.shape[1] > o.max_frame_width:
+            raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}, '
+                             f'larger than the maximum {o.max_frame_width}x'
+                             f'{o.max_frame_height}')
+
     def _validate(self, index: int, frames, state, instruction, frame_keys, noise) -> tuple:
         where = f'observation {index}: ' if index else ''
         if isinstance(frames, np.ndarray) or not hasattr(frames, '__len__'):
@@ -436,21 +492,8 @@ class Pi0Engine:
         if len(frames) != self.num_cameras:
             raise InputError(f'{where}expected {self.num_cameras} camera frames, '
                              f'got {len(frames)}')
-        o = self.options
         for cam, frame in enumerate(frames):
-            if not isinstance(frame, np.ndarray):
-                raise InputError(f'{where}frame {cam} must be a numpy array, '
-                                 f'got {type(frame).__name__}')
-            if frame.dtype != np.uint8:
-                raise InputError(f'{where}frame {cam} must be uint8, got {frame.dtype}')
-            if frame.ndim != 3 or frame.shape[2] != 3:
-                raise InputError(f'{where}frame {cam} must be HxWx3 RGB, got {frame.shape}')
-            if frame.shape[0] < 1 or frame.shape[1] < 1:
-                raise InputError(f'{where}frame {cam} is empty: {frame.shape}')
-            if frame.shape[0] > o.max_frame_height or frame.shape[1] > o.max_frame_width:
-                raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}, '
-                                 f'larger than the maximum {o.max_frame_width}x'
-                                 f'{o.max_frame_height}')
+            self._check_frame(where, cam, frame)
         try:
             state = np.asarray(state, dtype=np.float32)
         except (TypeError, ValueError) as error:
@@ -485,6 +528,37 @@ class Pi0Engine:
 
     # ----------------------------------------------------------------------------------------
     # Inference
+    def _encode_pending(self, pending: list, preprocessed) -> None:
+        """
+        Upload, resize and encode the frames of pending [(slot, cam, key, frame)].
+
+        Each camera's features go into its slot's image tokens of the prefix embeddings; its
+        key is forgotten until _remember_frame_keys (the features are being replaced).
+        preprocessed() is called once the first frames are on the device (even with none).
+        """
+        for slot, cam, _, _ in pending:
+            self._slot_frame_keys[slot][cam] = None
+        # Frames of one size next to each other: one resize launch per size on the GPU.
+        pending.sort(key=lambda item: item[3].shape[:2])
+        groups = self._upload_groups(pending)
+        tokens = self.dims.tokens_per_image
+        for start, stop in groups:
+            self._upload(pending, start, stop, pipelined=len(groups) > 1)
+            self._prepare_pixels([item[3].shape[:2] for item in pending[start:stop]], start)
+            if start == 0:
+                preprocessed()
+            self._run_stage('vision', stop - start)
+            for index, (slot, cam, _, _) in enumerate(pending[start:stop]):
+                self._prefix_embeds[slot, cam * tokens:(cam + 1) * tokens].copy_(
+                    self._vision_out[index])
+        if not pending:
+            preprocessed()
+
+    def _remember_frame_keys(self, pending: list) -> None:
+        """Record the keys of encoded frames (after their features were computed)."""
+        for slot, cam, key, _ in pending:
+            self._slot_frame_keys[slot][cam] = key
+
     def _infer(self, observations: list, noises: list) -> list:
         self._check_open()
         call_start = time.perf_counter()
@@ -501,7 +575,6 @@ class Pi0Engine:
         cuda = self._is_cuda
         if cuda:
             self._events['start'].record()
-        tokens_per_image = d.tokens_per_image
         # Language: tokenize + embed only when a slot's instruction changed.
         for slot, (_, _, instruction, _, _) in enumerate(checked):
             if self._slot_instructions[slot] == instruction:
@@ -547,28 +620,15 @@ class Pi0Engine:
                 if key is not None and self._slot_frame_keys[slot][cam] == key:
                     hits[slot] += 1
                     continue
-                self._slot_frame_keys[slot][cam] = None
                 pending.append((slot, cam, key, frames[cam]))
-        # Frames of one size next to each other: one resize launch per size on the GPU.
-        pending.sort(key=lambda item: item[3].shape[:2])
         marks = {}
-        groups = self._upload_groups(pending)
-        for start, stop in groups:
-            self._upload(pending, start, stop, pipelined=len(groups) > 1)
-            self._prepare_pixels([item[3].shape[:2] for item in pending[start:stop]], start)
-            if start == 0:
-                marks['preprocess'] = time.perf_counter()
-                if cuda:
-                    self._events['preprocess'].record()
-            self._run_stage('vision', stop - start)
-            for index, (slot, cam, _, _) in enumerate(pending[start:stop]):
-                first = cam * tokens_per_image
-                self._prefix_embeds[slot, first:first + tokens_per_image].copy_(
-                    self._vision_out[index])
-        if not pending:
+
+        def preprocessed():
             marks['preprocess'] = time.perf_counter()
             if cuda:
                 self._events['preprocess'].record()
+
+        self._encode_pending(pending, preprocessed)
         marks['vision'] = time.perf_counter()
         if cuda:
             self._events['vision'].record()
@@ -583,8 +643,7 @@ class Pi0Engine:
             self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
             self._events['denoise'].synchronize()
             torch.cuda.current_stream(self.device).synchronize()
-        for slot, cam, key, _ in pending:
-            self._slot_frame_keys[slot][cam] = key
+        self._remember_frame_keys(pending)
         chunk = self._host_chunk[:batch].numpy()
         if not np.isfinite(chunk).all():
             raise NonFiniteOutputError(f'the action chunk holds non-finite values '
