@@ -244,15 +244,33 @@ def best_configs(gemm_results: list, attention_results: list,
 
 
 def apply(configs: dict) -> None:
-    """Set measured configurations in kernel_configs (for this process)."""
-    if configs['SKINNY_LINEAR']:
-        kernel_configs.SKINNY_LINEAR = configs['SKINNY_LINEAR']
+    """
+    Set measured configurations in kernel_configs (for this process).
+
+    Row counts and batches that were measured replace the committed entries; the others stay.
+    """
+    for key, table in configs['SKINNY_LINEAR'].items():
+        merged = dict(kernel_configs.SKINNY_LINEAR.get(key, ()))
+        merged.update(dict(table))
+        kernel_configs.SKINNY_LINEAR[key] = sorted(merged.items())
     if configs.get('GELU_MUL_GEMM'):
         kernel_configs.GELU_MUL_GEMM = configs['GELU_MUL_GEMM']
     for kind, table in configs['ATTENTION'].items():  # measured batches replace committed ones
         merged = dict(kernel_configs.ATTENTION[kind])
         merged.update(dict(table))
         kernel_configs.ATTENTION[kind] = sorted(merged.items())
+
+
+def load_best(path: str) -> dict:
+    """Read the best configurations back from a JSON file this script wrote (for apply)."""
+    with open(path, encoding='utf-8') as stream:
+        best = json.load(stream)['best']
+    return {'SKINNY_LINEAR': {tuple(key): [tuple(entry) for entry in table]
+                              for key, table in best['SKINNY_LINEAR']},
+            'GELU_MUL_GEMM': {tuple(key): [tuple(entry) for entry in table]
+                              for key, table in best.get('GELU_MUL_GEMM', [])},
+            'ATTENTION': {kind: [tuple(entry) for entry in table]
+                          for kind, table in best['ATTENTION'].items()}}
 
 
 def main(argv=None):
@@ -263,6 +281,9 @@ def main(argv=None):
                         help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
                         help='comma-separated batches of the suffix attention to tune')
+    parser.add_argument('--rows', default=None,
+                        help='comma-separated row counts of the skinny GEMM to tune '
+                             f'(default {",".join(map(str, ROWS))})')
     args, bench_args = parser.parse_known_args(argv)
     started = time.time()
     suffix_batches = (tuple(int(b) for b in args.suffix_batches.split(','))
@@ -272,7 +293,8 @@ def main(argv=None):
     def wanted(family):
         return args.only in (None, family)
 
-    gemm_results = ([tune_gemm(name, rows) for name in EXPERT for rows in ROWS]
+    rows_to_tune = tuple(int(r) for r in args.rows.split(',')) if args.rows else ROWS
+    gemm_results = ([tune_gemm(name, rows) for name in EXPERT for rows in rows_to_tune]
                     if wanted('gemm') else [])
     gelu_mul_results = ([tune_gelu_mul_gemm(n_out, depth, rows)
                          for (n_out, depth), row_counts in GELU_MUL_GEMM_SHAPES.items()

@@ -1,0 +1,88 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+A/B of two sets of kernel configurations in one process (GPU only; writes JSON).
+
+Engine A is built and its CUDA graphs captured with the committed kernel_configs; then the
+configurations of the given tune_kernels.py JSON files are applied (measured rows and batches
+replace committed entries) and engine B is built the same way. The graphs keep the
+configurations they were captured with, so the two engines can be timed call by call,
+alternating, with the same new frames: process-to-process drift (0.5-1 ms at batch 1 between
+processes of the same code) cancels out.
+Usage: python benchmarks/engine_ab.py --tuned kernel_tuning.json [--tuned more.json]
+           --batches 1,2 --iters 200 --json engine_ab.json
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from tune_kernels import apply, load_best  # benchmarks/, next to this script
+
+from pi0_ros.bench import INSTRUCTION, percentiles
+from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+
+STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
+
+
+def build(max_batch: int) -> Pi0Engine:
+    engine = Pi0Engine.random(ModelDims.full(), state_dim=14, action_dim=14, num_cameras=3,
+                              options=EngineOptions(precision='bf16', device='cuda',
+                                                    max_batch=max_batch))
+    engine.warmup()
+    return engine
+
+
+def call(engine: Pi0Engine, observations: list) -> tuple:
+    start = time.perf_counter()
+    results = (engine.infer_batch(observations) if len(observations) > 1
+               else [engine.infer(*observations[0])])
+    return (time.perf_counter() - start) * 1e3, results[0].timings_ms
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument('--tuned', action='append', required=True,
+                        help="tune_kernels.py JSON whose 'best' configurations engine B uses")
+    parser.add_argument('--batches', default='1')
+    parser.add_argument('--iters', type=int, default=200)
+    parser.add_argument('--json', default='engine_ab.json')
+    args = parser.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    batches = [int(b) for b in args.batches.split(',')]
+    engines = {'A': build(max(batches))}
+    for path in args.tuned:
+        apply(load_best(path))
+    engines['B'] = build(max(batches))
+    rng = np.random.default_rng(0)
+    report = {'tuned': args.tuned, 'batches': {}}
+    for batch in batches:
+        samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
+        for index in range(args.iters + 5):
+            observations = [([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
+                              for _ in range(3)], rng.normal(size=14).astype(np.float32),
+                             INSTRUCTION) for _ in range(batch)]
+            order = ('A', 'B') if index % 2 == 0 else ('B', 'A')
+            for name in order:
+                elapsed, timings = call(engines[name], observations)
+                if index >= 5:
+                    samples[name]['total'].append(elapsed)
+                    for stage in STAGES:
+                        samples[name][stage].append(timings[stage])
+        entry = {name: {'total': percentiles(values['total']),
+                        'stages_p50_ms': {stage: float(np.median(values[stage]))
+                                          for stage in STAGES}}
+                 for name, values in samples.items()}
+        entry['b_minus_a_p50_ms'] = entry['B']['total']['p50'] - entry['A']['total']['p50']
+        report['batches'][str(batch)] = entry
+        print(f"batch {batch}: A p50 {entry['A']['total']['p50']:.2f} ms "
+              f"{entry['A']['stages_p50_ms']}, B p50 {entry['B']['total']['p50']:.2f} ms "
+              f"{entry['B']['stages_p50_ms']}", flush=True)
+    with open(args.json, 'w', encoding='utf-8') as stream:
+        json.dump(report, stream, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
