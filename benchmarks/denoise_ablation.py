@@ -79,7 +79,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(',')]
     engine = Pi0Engine.random(ModelDims.full(), state_dim=14, action_dim=14, num_cameras=3,
                               options=EngineOptions(device='cuda', precision='bf16',
-                                                    max_batch=max(batches)))
+                                                    max_batch=max(batches),
+                                                    overlap_first_step=False))  # all 10 steps
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 255, (480, 640, 3), dtype=np.uint8) for _ in range(3)]
     observation = (frames, np.zeros(14, np.float32), 'pick up the cube')

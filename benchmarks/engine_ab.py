@@ -1,16 +1,16 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """
-A/B of two sets of kernel configurations in one process (GPU only; writes JSON).
+A/B of two engine set-ups in one process (GPU only; writes JSON).
 
-Engine A is built and its CUDA graphs captured with the committed kernel_configs; then the
-configurations of the given tune_kernels.py JSON files are applied (measured rows and batches
-replace committed entries) and engine B is built the same way. The graphs keep the
-configurations they were captured with, so the two engines can be timed call by call,
-alternating, with the same new frames: process-to-process drift (0.5-1 ms at batch 1 between
-processes of the same code) cancels out.
-Usage: python benchmarks/engine_ab.py --tuned kernel_tuning.json [--tuned more.json]
-           --batches 1,2 --iters 200 --json engine_ab.json
+Engine A is built and its CUDA graphs captured with the committed kernel_configs and default
+EngineOptions; then the configurations of the given tune_kernels.py JSON files are applied
+(measured rows and batches replace committed entries) and engine B is built with them and the
+--b-option values. The graphs keep the configurations they were captured with, so the two
+engines can be timed call by call, alternating, with the same new frames: process-to-process
+drift (0.5-1 ms at batch 1 between processes of the same code) cancels out.
+Usage: python benchmarks/engine_ab.py [--tuned kernel_tuning.json ...]
+           [--b-option overlap_first_step=0 ...] --batches 1,2 --iters 200 --json ab.json
 """
 import argparse
 import json
@@ -26,10 +26,10 @@ from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
 
 
-def build(max_batch: int) -> Pi0Engine:
+def build(max_batch: int, **options) -> Pi0Engine:
     engine = Pi0Engine.random(ModelDims.full(), state_dim=14, action_dim=14, num_cameras=3,
                               options=EngineOptions(precision='bf16', device='cuda',
-                                                    max_batch=max_batch))
+                                                    max_batch=max_batch, **options))
     engine.warmup()
     return engine
 
@@ -43,8 +43,10 @@ def call(engine: Pi0Engine, observations: list) -> tuple:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument('--tuned', action='append', required=True,
+    parser.add_argument('--tuned', action='append', default=[],
                         help="tune_kernels.py JSON whose 'best' configurations engine B uses")
+    parser.add_argument('--b-option', action='append', default=[], metavar='NAME=VALUE',
+                        help='an EngineOptions field of engine B (a switch or a number)')
     parser.add_argument('--batches', default='1')
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--json', default='engine_ab.json')
@@ -54,9 +56,15 @@ def main(argv=None) -> int:
     engines = {'A': build(max(batches))}
     for path in args.tuned:
         apply(load_best(path))
-    engines['B'] = build(max(batches))
+    b_options = {}
+    for setting in args.b_option:
+        name, _, value = setting.partition('=')
+        current = getattr(EngineOptions(), name.strip())
+        b_options[name.strip()] = (value.strip().lower() in ('1', 'true', 'on')
+                                   if isinstance(current, bool) else type(current)(value))
+    engines['B'] = build(max(batches), **b_options)
     rng = np.random.default_rng(0)
-    report = {'tuned': args.tuned, 'batches': {}}
+    report = {'tuned': args.tuned, 'b_options': b_options, 'batches': {}}
     for batch in batches:
         samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
         for index in range(args.iters + 5):

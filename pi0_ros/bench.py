@@ -58,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-pipelined-upload', action='store_true',
                         help='upload and encode all frames of a batch at once '
                              '(EngineOptions.pipelined_upload off)')
+    parser.add_argument('--no-overlap-first-step', action='store_true',
+                        help='run all denoising steps after the prefix (EngineOptions.'
+                             'overlap_first_step off)')
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
@@ -184,6 +187,7 @@ def engine_options(args, max_batch: int) -> EngineOptions:
                          batch_buckets=tuple(buckets),
                          cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
                          pipelined_upload=not args.no_pipelined_upload,
+                         overlap_first_step=not args.no_overlap_first_step,
                          **prefix_fp8_options(args))
 
 

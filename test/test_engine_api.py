@@ -173,6 +173,21 @@ def test_encode_frames_rejects_bad_input():
     assert pi0.stats['frames_encoded_ahead'] == 0
 
 
+def test_first_denoising_step_in_the_prefix_stage_gives_the_same_chunk():
+    frames, state, noise = observation(12)
+    engines = {flag: make_engine(overlap_first_step=flag) for flag in (True, False)}
+    calls = {flag: [] for flag in engines}
+    for flag, engine in engines.items():
+        original = engine._denoise_steps
+        engine._denoise_steps = lambda batch, steps, before=None, flag=flag, run=original: (
+            calls[flag].append(list(steps)) or run(batch, steps, before))
+    a = engines[True].infer(frames, state, 'grasp', noise=noise).actions
+    b = engines[False].infer(frames, state, 'grasp', noise=noise).actions
+    assert calls[True] == [[0], list(range(1, DIMS.num_steps))]  # prefix stage, then the rest
+    assert calls[False] == [list(range(DIMS.num_steps))]
+    np.testing.assert_array_equal(a, b)
+
+
 def test_language_cache_counts_and_matches_uncached():
     pi0 = make_engine()
     frames, state, noise = observation(7)

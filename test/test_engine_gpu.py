@@ -119,6 +119,21 @@ def test_frames_encoded_ahead_match_frames_encoded_in_the_call_on_gpu():
     np.testing.assert_allclose(ahead.actions, in_call.actions, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('graphs', [True, False])
+def test_overlapped_first_step_equals_sequential_on_gpu(graphs):
+    """Step 0 on its own stream, waiting per layer for the prefix's K/V, as if run after it."""
+    frames, state, noise = observation(17)
+    chunks = {}
+    for overlap in (True, False):
+        pi0 = make_engine(precision='bf16', max_batch=2, cuda_graphs=graphs,
+                          overlap_first_step=overlap)
+        chunks[overlap] = [pi0.infer(frames, state, 'grasp', noise=noise).actions,
+                           pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2)[1]
+                           .actions]
+    for a, b in zip(chunks[True], chunks[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+
+
 def test_batch_buckets_match_single_calls():
     pi0 = make_engine(precision='fp32', max_batch=4)
     single = make_engine(precision='fp32')

@@ -75,6 +75,16 @@ def test_workspace_without_the_gate_up_product_where_the_gelu_mul_gemm_runs(monk
     assert workspace_bytes(FULL, 3, 16, torch.bfloat16) == 2 * unfused  # rows not measured
 
 
+def test_overlapped_first_step_adds_a_denoising_step_and_a_stream_to_the_estimate():
+    on = estimate_memory(FULL, 3, EngineOptions(max_batch=2), torch.bfloat16)
+    off = estimate_memory(FULL, 3, EngineOptions(max_batch=2, overlap_first_step=False),
+                          torch.bfloat16)
+    # The prefix stage (the largest) also holds the first step's temporaries (tens of MB).
+    assert 0 < on.workspace - off.workspace < 0.2 * off.workspace
+    assert on.fixed - off.fixed == 64 << 20  # the step's stream has its own cuBLAS workspace
+    assert (on.weights, on.buffers) == (off.weights, off.buffers)
+
+
 def test_plan_picks_the_largest_fitting_bucket():
     options = EngineOptions(max_batch=1)
     totals = {b: estimate_memory(FULL, 3, EngineOptions(max_batch=b), torch.bfloat16).total
@@ -99,7 +109,8 @@ def test_chosen_buckets_size_the_workspace_by_the_largest():
                              torch.bfloat16)
     default = estimate_memory(FULL, 3, EngineOptions(max_batch=6), torch.bfloat16)
     assert chosen == default  # [1, ..., 6] and [1, 3, 6] both end at 6
-    assert chosen.workspace == workspace_bytes(FULL, 3, 6, torch.bfloat16)
+    assert chosen.workspace == workspace_bytes(FULL, 3, 6, torch.bfloat16,
+                                               overlap_first_step=True)
     planned = plan_max_batch(chosen.total, FULL, 3,
                              EngineOptions(max_batch=6, batch_buckets=(1, 3, 6)), torch.bfloat16)
     assert planned == 4  # the planner's candidates are powers of two

@@ -111,6 +111,11 @@ class EngineOptions:
     # With many frames to encode (several observations, CUDA): upload and encode a first
     # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.
     pipelined_upload: bool = True
+    # Run the first denoising step inside the prefix stage: on CUDA on a second stream, each
+    # expert layer starting as soon as the prefix has written that layer's K/V, so the
+    # latency-bound step overlaps the compute-bound prefix (elsewhere after the prefix). The
+    # prefix stage's time then includes that step, the denoise stage's the other nine.
+    overlap_first_step: bool = True
 
     def __post_init__(self):
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):

@@ -235,6 +235,12 @@ class Pi0Engine:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
+        # The first denoising step's stream and its per-layer waits on the prefix (a
+        # high-priority stream: its short kernels go before queued prefix blocks).
+        self._overlap_stream = (torch.cuda.Stream(device=dev, priority=-1)
+                                if self._is_cuda and o.overlap_first_step else None)
+        self._layer_events = ([torch.cuda.Event() for _ in range(d.expert_depth)]
+                              if self._overlap_stream is not None else None)
         if self._is_cuda:
             self._events = {name: torch.cuda.Event(enable_timing=True)
                             for name in ('start', 'preprocess', 'vision', 'prefix', 'denoise')}
@@ -312,13 +318,39 @@ class Pi0Engine:
         vision_forward(self.weights, self.dims, self._pixels[:count], self._vision_out[:count])
 
     def _prefix_stage(self, batch: int) -> None:
+        overlap = self.options.overlap_first_step
+        side = self._overlap_stream if overlap and self._is_cuda else None
+        after_kv = before_layer = None
+        if side is not None:
+            # Fork: the first denoising step needs the uploads queued before this stage, and
+            # each of its layers the K/V that the prefix's layer of the same index writes.
+            main = torch.cuda.current_stream(self.device)
+            side.wait_stream(main)
+            events = self._layer_events
+
+            def after_kv(index):
+                events[index].record(main)
+
+            def before_layer(index):
+                side.wait_event(events[index])
+
         prefix_forward(self.weights, self.dims, self._prefix_embeds[:batch],
-                       self._key_mask[:batch], self._cache_k, self._cache_v)
+                       self._key_mask[:batch], self._cache_k, self._cache_v, after_kv=after_kv)
+        if overlap:
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                self._denoise_steps(batch, [0], before_layer)
+            if side is not None:
+                main.wait_stream(side)  # join
 
     def _denoise_stage(self, batch: int) -> None:
+        first = 1 if self.options.overlap_first_step else 0
+        self._denoise_steps(batch, range(first, self.dims.num_steps))
+
+    def _denoise_steps(self, batch: int, steps, before_layer=None) -> None:
         denoise_forward(self.weights, self.dims, self._noise[:batch], self._state[:batch],
                         self._prefix_valid[:batch], self._key_mask[:batch], self._cache_k,
-                        self._cache_v, self._chunk[:batch])
+                        self._cache_v, self._chunk[:batch], steps=steps,
+                        before_layer=before_layer)
 
     def _stage_function(self, stage: str, size: int):
         body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
@@ -459,6 +491,8 @@ class Pi0Engine:
             self.weights = None
             self._resizer = None
             self._copy_stream = None
+            self._overlap_stream = None
+            self._layer_events = None
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()

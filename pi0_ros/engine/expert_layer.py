@@ -460,7 +460,8 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, sync: torch.Tensor,
                  first_launch: int, cfg: ExpertLayerConfig = None, phased: bool = None,
-                 work: int = (1 << len(PHASES)) - 1, scratch: Workspace = None) -> None:
+                 work: int = (1 << len(PHASES)) - 1, scratch: Workspace = None,
+                 before_layer=None) -> None:
     """
     Run the expert layers over the residual stream x [b, S, W] float32 (in place).
 
@@ -470,7 +471,8 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
     counters (sync_buffer); this call uses counters first_launch.. (one per layer). scratch
     (workspace(), same shapes and cfg) is allocated here when not given. phased runs one
     launch per phase (the interpreter's way; by default on the CPU only). work (a bit per
-    phase) leaves phases out, for timing only.
+    phase) leaves phases out, for timing only. before_layer(index) is called before each
+    layer's launch is queued.
     """
     cfg = cfg or config()
     scratch = scratch or workspace(layers, x, heads, head_dim, start, cfg)
@@ -492,6 +494,8 @@ def expert_stack(layers: list, x: torch.Tensor, eps: float, heads: int, head_dim
         (depth // split) % line == 0 and (depth // split // line) & (depth // split // line - 1)
         == 0 for depth, split in _split_depths(cfg, width, heads * head_dim, mlp))
     for index, layer in enumerate(layers):
+        if before_layer is not None:
+            before_layer(index)
         keys = cache_k[index, :, 0]
         values = cache_v[index, :, 0]
         for phase in (range(len(PHASES)) if phased else (-1,)):

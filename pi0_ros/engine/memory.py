@@ -26,8 +26,9 @@ from pi0_ros.engine.model import build_weights, lerobot_parameter_shapes
 
 GIB = 2 ** 30
 # cuBLAS / cuBLASLt workspaces, which PyTorch allocates through its caching allocator, one per
-# stream the engine runs on (the caller's stream and the engine's capture stream).
-CUBLAS_WORKSPACE_BYTES = 128 << 20
+# stream the engine runs on (the caller's stream and the engine's capture stream, and the
+# stream of the overlapped first denoising step).
+CUBLAS_WORKSPACE_BYTES_PER_STREAM = 64 << 20
 # Denoiser split-K and attention partial sums: upper bounds of kernel_configs' splits.
 MAX_GEMM_SPLITS = 8
 MAX_ATTENTION_SPLITS = 16
@@ -101,8 +102,12 @@ def _gemma_layer_peak(rows: int, width: int, mlp: int, heads: int, head_dim: int
 
 
 def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.dtype,
-                    prefix_fp8: bool = False) -> int:
-    """Largest set of temporaries one stage holds at once for `batch` observations."""
+                    prefix_fp8: bool = False, overlap_first_step: bool = False) -> int:
+    """
+    Largest set of temporaries one stage holds at once for `batch` observations.
+
+    With overlap_first_step the prefix stage holds a denoising step's temporaries as well.
+    """
     d = dims
     half = torch.empty((), dtype=dtype).element_size()
     f32 = 4
@@ -132,14 +137,15 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
                + batch * (length + d.chunk_size + 1) * f32 + attention_partials
                + _gemma_layer_peak(rows, d.expert_width, d.expert_mlp_dim, d.expert_heads, hd,
                                    dtype))
-    return max(vision, prefix, denoise)
+    return max(vision, prefix + (denoise if overlap_first_step else 0), denoise)
 
 
 def fixed_bytes(options: EngineOptions, dims: ModelDims) -> int:
     """Frame-resize scratch and the cuBLAS workspaces (independent of the batch)."""
     size = dims.image_size
     resize = 2 * options.max_frame_height * size * 3 * (1 + 4) + 2 * size * size * 3 * 4
-    return resize + CUBLAS_WORKSPACE_BYTES
+    streams = 3 if options.overlap_first_step else 2
+    return resize + streams * CUBLAS_WORKSPACE_BYTES_PER_STREAM
 
 
 def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
@@ -150,7 +156,8 @@ def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
         weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8, options.prefix_fp8,
                              options.prefix_fp8_layers),
         buffers=buffer_bytes(dims, num_cameras, options, dtype),
-        workspace=workspace_bytes(dims, num_cameras, largest, dtype, options.prefix_fp8),
+        workspace=workspace_bytes(dims, num_cameras, largest, dtype, options.prefix_fp8,
+                                  options.overlap_first_step),
         fixed=fixed_bytes(options, dims))
 
 

@@ -346,7 +346,7 @@ def _fp8_mlp(layer, x8: torch.Tensor, x_scale: torch.Tensor, dtype: torch.dtype)
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
-                 final_out=None, fp8_mlp: bool = False):
+                 final_out=None, fp8_mlp: bool = False, before_layer=None, after_kv=None):
     """
     Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
 
@@ -358,6 +358,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     norm and RoPE kernels add up. With fp8_mlp, in each layer whose gate/up weights are a
     gemm.Fp8Weight the post-attention norm writes FP8 rows with row scales and gate/up runs as
     FP8 x FP8 (and down too, from FP8 rows of GELU * up, when its weights are FP8).
+    before_layer(index) is called before each layer's work is queued, after_kv(index) once its
+    K/V are queued for the cache (stream hooks: the overlapped first denoising step).
     """
     dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
@@ -374,16 +376,20 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     # (pi0_ros.engine.memory models exactly this).
     pending = None
     for index, layer in enumerate(layers):
+        if before_layer is not None:
+            before_layer(index)
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
         del pending
         qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
-        if layer.out_w is None:
-            kernels.rope_qkv(qkv, cos, sin, None, keys, values, 0, hd)
-            return
-        kernels.rope_qkv(qkv, cos, sin, queries, keys, values, heads, hd)
+        kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys, values,
+                         0 if layer.out_w is None else heads, hd)
         del qkv
+        if after_kv is not None:
+            after_kv(index)
+        if layer.out_w is None:
+            return
         # One KV head: fold the query heads into the query sequence (row = token * heads + h).
         attended = attention(queries.view(b, seq * heads, hd),
                              cache_k[index, :b, 0, :start + seq],
@@ -409,12 +415,14 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
 
 
 def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
-                   key_mask: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
+                   key_mask: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                   after_kv=None) -> None:
     """
     Gemma prefix over [images, language]: fills cache_k/v[:, :b, :, :P] (post-RoPE keys).
 
     embeds [b,P,W] compute dtype; key_mask [b,1,1,P] bool (True = real token). Every token
-    attends to every real token (prefix-LM: the prefix block is bidirectional).
+    attends to every real token (prefix-LM: the prefix block is bidirectional). after_kv(layer)
+    is called once a layer's K/V are queued (e.g. to record a CUDA event).
     """
     b, length, _ = embeds.shape
     x = embeds.to(torch.float32, copy=True)
@@ -423,17 +431,21 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
     _gemma_stack(w.prefix_layers, dims, x, dims.prefix_heads, cos, sin, cache_k, cache_v, 0,
                  key_bias(key_mask),
                  fp8_mlp=any(isinstance(layer.gate_up_w, gemm.Fp8Weight)
-                             for layer in w.prefix_layers))
+                             for layer in w.prefix_layers), after_kv=after_kv)
 
 
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
                     prefix_valid: torch.Tensor, key_mask: torch.Tensor, cache_k: torch.Tensor,
-                    cache_v: torch.Tensor, out: torch.Tensor) -> None:
+                    cache_v: torch.Tensor, out: torch.Tensor, steps=None,
+                    before_layer=None) -> None:
     """
     Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
 
     noise [b,chunk,A] float32; state [b,max_state_dim] float32 (normalized, padded);
-    prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions).
+    prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions). steps
+    (default all, in order) runs some of the Euler steps: out carries the integration from
+    one call to the next, and step 0 starts it from the noise. before_layer(index) is called
+    before each expert layer's work is queued (see _gemma_stack).
     """
     b = noise.shape[0]
     length = key_mask.shape[-1]
@@ -447,8 +459,10 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     x = torch.empty(b, suffix, dims.expert_width, device=noise.device)  # the residual stream
     normed = torch.empty_like(x)
     _, dt = euler_times(dims.num_steps)
+    steps = range(dims.num_steps) if steps is None else steps
     x_t = out  # integrated in place
-    x_t.copy_(noise)
+    if 0 in steps:
+        x_t.copy_(noise)
     layers = w.expert_layers
     # One persistent launch per expert layer where it runs (expert_layer.py), else the stack
     # of fused kernels.
@@ -458,19 +472,21 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     if persistent:
         sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
         scratch = expert_layer.workspace(layers, x, dims.expert_heads, dims.head_dim, length)
-    for step in range(dims.num_steps):
+    for step in steps:
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
         x[:, 0].copy_(state_token)
         if persistent:
             expert_layer.expert_stack(layers, x, dims.rms_norm_eps, dims.expert_heads,
                                       dims.head_dim, cos, sin, cache_k, cache_v, length, bias,
-                                      sync, step * len(layers), scratch=scratch)
+                                      sync, step * len(layers), scratch=scratch,
+                                      before_layer=before_layer)
             kernels.add_rms_norm(x.view(-1, dims.expert_width), None,
                                  normed.view(-1, dims.expert_width), dims.rms_norm_eps)
         else:
             _gemma_stack(layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
-                         length, bias, state_keys=length + 1, final_out=normed)
+                         length, bias, state_keys=length + 1, final_out=normed,
+                         before_layer=before_layer)
         # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
         gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
                            accumulate_scale=dt)
