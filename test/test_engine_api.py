@@ -179,13 +179,29 @@ def test_first_denoising_step_in_the_prefix_stage_gives_the_same_chunk():
     calls = {flag: [] for flag in engines}
     for flag, engine in engines.items():
         original = engine._denoise_steps
-        engine._denoise_steps = lambda batch, steps, before=None, flag=flag, run=original: (
-            calls[flag].append(list(steps)) or run(batch, steps, before))
+        engine._denoise_steps = lambda batch, steps, *rest, flag=flag, run=original: (
+            calls[flag].append(list(steps)) or run(batch, steps, *rest))
     a = engines[True].infer(frames, state, 'grasp', noise=noise).actions
     b = engines[False].infer(frames, state, 'grasp', noise=noise).actions
     assert calls[True] == [[0], list(range(1, DIMS.num_steps))]  # prefix stage, then the rest
     assert calls[False] == [list(range(DIMS.num_steps))]
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('overlap', [True, False])
+def test_each_stage_gives_the_same_result_however_often_it_runs(overlap):
+    """CUDA graph capture runs a stage three times (two warm-up runs, the capture)."""
+    pi0 = make_engine(overlap_first_step=overlap)
+    frames, state, noise = observation(13)
+    actions = pi0.infer(frames, state, 'grasp', noise=noise).actions
+    once = pi0._chunk.clone()
+    for stage in ('vision', 'prefix', 'denoise'):
+        size = 2 if stage == 'vision' else 1
+        for _ in range(2):
+            pi0._stage_function(stage, size)()
+    torch.testing.assert_close(pi0._chunk, once, rtol=0, atol=0)
+    np.testing.assert_array_equal(pi0.infer(frames, state, 'grasp', noise=noise).actions,
+                                  actions)
 
 
 def test_language_cache_counts_and_matches_uncached():

@@ -73,7 +73,7 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_key_mask': ((max_batch, 1, 1, prefix_length), torch.bool),
         '_prefix_valid': ((max_batch,), torch.int64),
         '_state': ((max_batch, d.max_state_dim), torch.float32),
-        '_noise': chunk, '_chunk': chunk, '_cache_k': cache, '_cache_v': cache}
+        '_noise': chunk, '_after_first_step': chunk, '_chunk': chunk, '_cache_k': cache, '_cache_v': cache}
 
 
 def batch_buckets(max_batch: int, chosen=()) -> list:
@@ -338,19 +338,25 @@ class Pi0Engine:
                        self._key_mask[:batch], self._cache_k, self._cache_v, after_kv=after_kv)
         if overlap:
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                self._denoise_steps(batch, [0], before_layer)
+                self._denoise_steps(batch, [0], self._noise, self._after_first_step,
+                                    before_layer)
             if side is not None:
                 main.wait_stream(side)  # join
 
     def _denoise_stage(self, batch: int) -> None:
-        first = 1 if self.options.overlap_first_step else 0
-        self._denoise_steps(batch, range(first, self.dims.num_steps))
+        if self.options.overlap_first_step:
+            self._denoise_steps(batch, range(1, self.dims.num_steps), self._after_first_step,
+                                self._chunk)
+        else:
+            self._denoise_steps(batch, range(self.dims.num_steps), self._noise, self._chunk)
 
-    def _denoise_steps(self, batch: int, steps, before_layer=None) -> None:
-        denoise_forward(self.weights, self.dims, self._noise[:batch], self._state[:batch],
+    def _denoise_steps(self, batch: int, steps, start: torch.Tensor, out: torch.Tensor,
+                       before_layer=None) -> None:
+        # Integrates from `start` into `out` (never in place across stages: a stage must give
+        # the same result however often it runs, as graph capture runs it three times).
+        denoise_forward(self.weights, self.dims, start[:batch], self._state[:batch],
                         self._prefix_valid[:batch], self._key_mask[:batch], self._cache_k,
-                        self._cache_v, self._chunk[:batch], steps=steps,
-                        before_layer=before_layer)
+                        self._cache_v, out[:batch], steps=steps, before_layer=before_layer)
 
     def _stage_function(self, stage: str, size: int):
         body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,

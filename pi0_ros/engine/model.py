@@ -441,10 +441,10 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     """
     Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
 
-    noise [b,chunk,A] float32; state [b,max_state_dim] float32 (normalized, padded);
-    prefix_valid [b] int64 count of real prefix tokens (sets suffix RoPE positions). steps
-    (default all, in order) runs some of the Euler steps: out carries the integration from
-    one call to the next, and step 0 starts it from the noise. before_layer(index) is called
+    noise [b,chunk,A] float32 is where the integration starts: the noise for step 0, or the
+    state after the steps before `steps` (default all, in order; a subset runs some of the
+    Euler steps); state [b,max_state_dim] float32 (normalized, padded); prefix_valid [b] int64
+    count of real prefix tokens (sets suffix RoPE positions). before_layer(index) is called
     before each expert layer's work is queued (see _gemma_stack).
     """
     b = noise.shape[0]
@@ -461,8 +461,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     _, dt = euler_times(dims.num_steps)
     steps = range(dims.num_steps) if steps is None else steps
     x_t = out  # integrated in place
-    if 0 in steps:
-        x_t.copy_(noise)
+    x_t.copy_(noise)
     layers = w.expert_layers
     # One persistent launch per expert layer where it runs (expert_layer.py), else the stack
     # of fused kernels.
