@@ -73,7 +73,8 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_key_mask': ((max_batch, 1, 1, prefix_length), torch.bool),
         '_prefix_valid': ((max_batch,), torch.int64),
         '_state': ((max_batch, d.max_state_dim), torch.float32),
-        '_noise': chunk, '_after_first_step': chunk, '_chunk': chunk, '_cache_k': cache, '_cache_v': cache}
+        '_noise': chunk, '_after_first_step': chunk, '_chunk': chunk, '_cache_k': cache,
+        '_cache_v': cache}
 
 
 def batch_buckets(max_batch: int, chosen=()) -> list:
@@ -326,14 +327,7 @@ class Pi0Engine:
             # each of its layers the K/V that the prefix's layer of the same index writes.
             main = torch.cuda.current_stream(self.device)
             side.wait_stream(main)
-            events = self._layer_events
-
-            def after_kv(index):
-                events[index].record(main)
-
-            def before_layer(index):
-                side.wait_event(events[index])
-
+            after_kv, before_layer = self._layer_handoff(main, side)
         prefix_forward(self.weights, self.dims, self._prefix_embeds[:batch],
                        self._key_mask[:batch], self._cache_k, self._cache_v, after_kv=after_kv)
         if overlap:
@@ -342,6 +336,18 @@ class Pi0Engine:
                                     before_layer)
             if side is not None:
                 main.wait_stream(side)  # join
+
+    def _layer_handoff(self, main, side) -> tuple:
+        """Hooks: main records layer i's event after its K/V, side waits for it before layer i."""
+        events = self._layer_events
+
+        def after_kv(index):
+            events[index].record(main)
+
+        def before_layer(index):
+            side.wait_event(events[index])
+
+        return after_kv, before_layer
 
     def _denoise_stage(self, batch: int) -> None:
         if self.options.overlap_first_step:
