@@ -195,7 +195,9 @@ class InferenceWorker:
             self._release_engine()
             return
         if getattr(self._engine, 'encode_frames', None) is None:
-            self._encode_frames_ahead = False
+            with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
+                self._encode_frames_ahead = False
+                self._arrived_frames.clear()
         self.state = WorkerState.READY
         self._ready.set()
         try:

@@ -174,11 +174,17 @@ class Warnings:
     error = info = warning
 
 
-def test_frames_are_encoded_ahead_while_idle_newest_per_camera():
-    engine, collector = ScriptedEngine(), Collector()
+def worker_busy_with_first(engine, collector):
+    """A started worker whose engine is inside infer() for the observation 'first'."""
     worker = started_worker(engine, collector)
     worker.submit(observation(instruction='first'))
     assert wait_for(lambda: engine.calls == ['first'])
+    return worker
+
+
+def test_frames_are_encoded_ahead_while_idle_newest_per_camera():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = worker_busy_with_first(engine, collector)
     # While the engine is busy, camera 0 sends two frames and camera 1 one.
     worker.offer_frame(0, FRAME, 'a')
     worker.offer_frame(0, FRAME, 'b')
@@ -196,9 +202,7 @@ def test_frames_are_encoded_ahead_while_idle_newest_per_camera():
 
 def test_an_observation_goes_before_arrived_frames_and_encodes_its_own():
     engine, collector = ScriptedEngine(), Collector()
-    worker = started_worker(engine, collector)
-    worker.submit(observation(instruction='first'))
-    assert wait_for(lambda: engine.calls == ['first'])
+    worker = worker_busy_with_first(engine, collector)
     worker.offer_frame(0, FRAME, 'x')
     worker.offer_frame(1, FRAME, 'y')
     worker.submit(observation(instruction='second', frame_keys=('x', 'z', 'w')))
