@@ -170,7 +170,9 @@ def summarize(recorder, limits, control_rate, window):
             'chunks_produced': last.chunks_produced, 'actions_skipped': last.actions_skipped,
             'observations_synced': last.observations_synced,
             'observations_dropped': last.observations_dropped,
-            'inputs_rejected': last.inputs_rejected, 'engine_detail': last.engine_detail},
+            'inputs_rejected': last.inputs_rejected, 'engine_detail': last.engine_detail,
+            # frames the inference thread encoded as they arrived, then used by a chunk
+            'vision_cache_hits': last.vision_cache_hits},
     }
 
 
