@@ -175,7 +175,7 @@ class Warnings:
 
 
 def worker_busy_with_first(engine, collector):
-    """A started worker whose engine is inside infer() for the observation 'first'."""
+    """Start a worker and return it once its engine is inside infer() for 'first'."""
     worker = started_worker(engine, collector)
     worker.submit(observation(instruction='first'))
     assert wait_for(lambda: engine.calls == ['first'])
