@@ -471,10 +471,7 @@ class Pi0Engine:
                 raise InputError(f'camera index must be in 0..{self.num_cameras - 1}, got {cam}')
             self._check_frame('', cam, frames[cam])
             key = frame_keys[cam]
-            try:
-                hash(key)
-            except TypeError as error:
-                raise InputError(f'frame keys must be hashable: {error}') from error
+            self._check_frame_key('', key)
             if key is None:
                 raise InputError(f'camera {cam}: a frame encoded ahead needs a key')
             pending.append((slot, cam, key, frames[cam]))
@@ -531,6 +528,13 @@ class Pi0Engine:
                              f'larger than the maximum {o.max_frame_width}x'
                              f'{o.max_frame_height}')
 
+    @staticmethod
+    def _check_frame_key(where: str, key) -> None:
+        try:
+            hash(key)
+        except TypeError as error:
+            raise InputError(f'{where}frame keys must be hashable: {error}') from error
+
     def _validate(self, index: int, frames, state, instruction, frame_keys, noise) -> tuple:
         where = f'observation {index}: ' if index else ''
         if isinstance(frames, np.ndarray) or not hasattr(frames, '__len__'):
@@ -556,11 +560,8 @@ class Pi0Engine:
                     or len(frame_keys) != self.num_cameras:
                 raise InputError(f'{where}frame_keys must be None or a sequence of '
                                  f'{self.num_cameras} keys')
-            try:
-                for key in frame_keys:
-                    hash(key)
-            except TypeError as error:
-                raise InputError(f'{where}frame keys must be hashable: {error}') from error
+            for key in frame_keys:
+                self._check_frame_key(where, key)
         if noise is not None:
             if isinstance(noise, torch.Tensor):
                 noise = noise.detach().to('cpu', torch.float32).numpy()
