@@ -5,12 +5,14 @@ A/B of two engine set-ups in one process (GPU only; writes JSON).
 
 Engine A is built and its CUDA graphs captured with the committed kernel_configs and default
 EngineOptions; then the configurations of the given tune_kernels.py JSON files are applied
-(measured rows and batches replace committed entries) and engine B is built with them and the
---b-option values. The graphs keep the configurations they were captured with, so the two
-engines can be timed call by call, alternating, with the same new frames: process-to-process
-drift (0.5-1 ms at batch 1 between processes of the same code) cancels out.
+(measured rows and batches replace committed entries) and engine B is built with them, the
+--b-config kernel_configs values and the --b-option values. The graphs keep the configurations
+they were captured with, so the two engines can be timed call by call, alternating, with the
+same new frames: process-to-process drift (0.5-1 ms at batch 1 between processes of the same
+code) cancels out.
 Usage: python benchmarks/engine_ab.py [--tuned kernel_tuning.json ...]
-           [--b-option overlap_first_step=0 ...] --batches 1,2 --iters 200 --json ab.json
+           [--b-option overlap_first_step=0 ...] [--b-config PREFIX_ATTENTION_SDPA=cudnn ...]
+           --batches 1,2 --iters 200 --json ab.json
 """
 import argparse
 import json
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from tune_kernels import apply, load_best  # benchmarks/, next to this script
 
-from pi0_ros.bench import INSTRUCTION, percentiles
+from pi0_ros.bench import apply_kernel_config, INSTRUCTION, percentiles
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
@@ -47,6 +49,8 @@ def main(argv=None) -> int:
                         help="tune_kernels.py JSON whose 'best' configurations engine B uses")
     parser.add_argument('--b-option', action='append', default=[], metavar='NAME=VALUE',
                         help='an EngineOptions field of engine B (a switch or a number)')
+    parser.add_argument('--b-config', action='append', default=[], metavar='NAME=VALUE',
+                        help="a kernel_configs value of engine B (as bench's --kernel-config)")
     parser.add_argument('--batches', default='1')
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--json', default='engine_ab.json')
@@ -56,6 +60,8 @@ def main(argv=None) -> int:
     engines = {'A': build(max(batches))}
     for path in args.tuned:
         apply(load_best(path))
+    for setting in args.b_config:
+        apply_kernel_config(setting)
     b_options = {}
     for setting in args.b_option:
         name, _, value = setting.partition('=')
@@ -64,7 +70,8 @@ def main(argv=None) -> int:
                                    if isinstance(current, bool) else type(current)(value))
     engines['B'] = build(max(batches), **b_options)
     rng = np.random.default_rng(0)
-    report = {'tuned': args.tuned, 'b_options': b_options, 'batches': {}}
+    report = {'tuned': args.tuned, 'b_options': b_options, 'b_configs': args.b_config,
+              'batches': {}}
     for batch in batches:
         samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
         for index in range(args.iters + 5):

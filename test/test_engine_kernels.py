@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import attention, gemm, kernel_configs, kernels
+from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
@@ -43,7 +43,7 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
 
 
 def test_expert_layer_kernel_runs_only_where_switched_on_and_tileable(monkeypatch):
-    from pi0_ros.engine import expert_layer, model
+    from pi0_ros.engine import expert_layer
 
     def layers(dtype=torch.bfloat16):
         return [model.GemmaLayer(*(torch.zeros(n, k, dtype=dtype) for n, k in
@@ -77,6 +77,11 @@ def test_bench_kernel_config_sets_switches_numbers_and_table_entries(monkeypatch
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
     monkeypatch.setattr(kernel_configs, 'PDL', True)
+    monkeypatch.setattr(kernel_configs, 'PREFIX_ATTENTION_SDPA', None)
+    apply_kernel_config('PREFIX_ATTENTION_SDPA=cudnn')
+    assert kernel_configs.PREFIX_ATTENTION_SDPA == 'cudnn'
+    apply_kernel_config('PREFIX_ATTENTION_SDPA=none')
+    assert kernel_configs.PREFIX_ATTENTION_SDPA is None
     apply_kernel_config('EXPERT_LAYER_MAX_ROWS=64')
     apply_kernel_config('PDL=0')
     apply_kernel_config('EXPERT_LAYER.num_warps=4')
@@ -318,9 +323,12 @@ def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu, mon
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('kind', ['suffix', 'prefix'])
+@pytest.mark.parametrize('kind, sdpa', [('suffix', None), ('prefix', None), ('prefix', 'cudnn'),
+                                        ('prefix', 'efficient')])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_attention_on_the_gpu_at_full_size(kind, dtype):
+def test_attention_on_the_gpu_at_full_size(kind, sdpa, dtype, monkeypatch):
+    # sdpa: the prefix through PyTorch's attention backend instead of the Triton kernel.
+    monkeypatch.setattr(kernel_configs, 'PREFIX_ATTENTION_SDPA', sdpa)
     torch.manual_seed(1)
     batch, prefix, heads, dim = 2, 816, 8, 256
     suffix = 51 if kind == 'suffix' else 0
@@ -338,6 +346,17 @@ def test_attention_on_the_gpu_at_full_size(kind, dtype):
                               -1) @ v.float()
     out = attention.attention(q, k, v, bias, scale, state_rows, state_keys, shape=kind)
     assert (out.float() - reference).abs().max().item() < 2e-2
+
+
+def test_patch_embedding_is_the_strided_convolution():
+    torch.manual_seed(3)
+    pixels = torch.rand(2, 3, 56, 56) * 2 - 1
+    kernel, bias = torch.randn(8, 3, 14, 14), torch.randn(8)
+    positions = torch.randn(16, 8)
+    expected = F.conv2d(pixels, kernel, bias, stride=14).flatten(2).transpose(1, 2) + positions
+    out = model.embed_patches(pixels, kernel.flatten(1), bias, positions, 14)
+    assert out.dtype == torch.float32 and out.shape == (2, 16, 8)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu

@@ -116,7 +116,8 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
     # output and its token-major copy, then fc1 + GELU (one cuBLASLt call) and fc2.
     tokens = batch * num_cameras * d.tokens_per_image
     w, m = d.vision_width, d.vision_mlp_dim
-    embed = tokens * w * (half + 2 * f32)  # patch conv, its float32 copy, + positions
+    # the patches and their embedding (half), + positions (float32)
+    embed = tokens * (3 * d.patch_size ** 2 * half + w * (half + f32))
     layer = tokens * half * (w + max(5 * w, m + w))  # the last fc2 output + the largest step
     vision = tokens * w * (f32 + half) + max(embed, layer, tokens * d.prefix_width * half)
     # Prefix (model.prefix_forward): float32 stream, normalized copy, queries, RoPE tables.

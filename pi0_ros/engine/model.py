@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
-from pi0_ros.engine.attention import attention, key_bias
+from pi0_ros.engine.attention import attention, key_bias, sdpa_backend
 from pi0_ros.engine.config import ModelDims
 
 
@@ -54,7 +54,7 @@ class GemmaLayer:
 class Pi0Weights:
     """All tensors the forward passes need, already fused, on one device."""
 
-    patch_w: torch.Tensor
+    patch_w: torch.Tensor  # [vision_width, 3 * patch * patch]: the conv kernel, (c, y, x)
     patch_b: torch.Tensor
     vision_pos: torch.Tensor
     vision_layers: list
@@ -273,7 +273,7 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     out_scale = 1.0 + g(EXPERT_PREFIX + 'norm.weight')
     rope_cos, rope_sin = rope_tables(d, prefix_length + d.chunk_size + 1, device)
     return Pi0Weights(
-        patch_w=cast(g(v + 'embeddings.patch_embedding.weight')),
+        patch_w=cast(g(v + 'embeddings.patch_embedding.weight').flatten(1)),
         patch_b=cast(g(v + 'embeddings.patch_embedding.bias')),
         vision_pos=g(v + 'embeddings.position_embedding.weight').contiguous(),
         vision_layers=vision_layers,
@@ -304,14 +304,31 @@ def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     return F.gelu(F.linear(x, weight, bias), approximate='tanh')
 
 
+def embed_patches(pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  positions: torch.Tensor, patch: int) -> torch.Tensor:
+    """
+    Return SigLIP's patch embeddings + positions, float32 [k, N, width], of pixels [k,3,S,S].
+
+    The convolution (stride = kernel size) is one GEMM over the image cut into non-overlapping
+    patches; weight [width, 3 * patch * patch] is its kernel flattened (c, y, x).
+    """
+    k, side = pixels.shape[0], pixels.shape[-1] // patch
+    n = side * side
+    patches = torch.empty(k, side, side, 3, patch, patch, dtype=weight.dtype,
+                          device=pixels.device)
+    patches.copy_(pixels.view(k, 3, side, patch, side, patch).permute(0, 2, 4, 1, 3, 5))
+    embedded = F.linear(patches.view(k * n, -1), weight, bias)
+    del patches
+    return torch.add(positions, embedded.view(k, n, -1))  # float32, as the residual stream
+
+
 def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
                    out: torch.Tensor) -> None:
     """Run SigLIP + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,width]."""
     dtype = w.patch_w.dtype
     k = pixels.shape[0]
     width, heads = dims.vision_width, dims.vision_heads
-    x = F.conv2d(pixels.to(dtype), w.patch_w, w.patch_b, stride=dims.patch_size)
-    x = (x.flatten(2).transpose(1, 2).float() + w.vision_pos).contiguous()
+    x = embed_patches(pixels, w.patch_w, w.patch_b, w.vision_pos, dims.patch_size)
     n = x.shape[1]
     stream = x.view(k * n, width)
     normed = torch.empty(k * n, width, dtype=dtype, device=x.device)
@@ -321,7 +338,9 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
         del pending
         qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
         q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
+        with sdpa_backend(kernel_configs.VISION_ATTENTION_SDPA):
+            a = F.scaled_dot_product_attention(q, key, val)
+        a = a.transpose(1, 2).reshape(k * n, width)
         del qkv, q, key, val
         kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
                                dims.layer_norm_eps)
