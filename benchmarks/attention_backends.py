@@ -6,10 +6,9 @@ Time attention backends and the patch embedding at Pi0's shapes, in CUDA graphs 
 Prefix attention (816 tokens x 8 heads folded into 6528 query rows over the 816 keys of one KV
 head, head_dim 256, the last 30 keys padding) at batch 1 and 8: the engine's Triton kernel
 (committed tile and a few others) against PyTorch's scaled_dot_product_attention restricted to
-the cuDNN or the memory-efficient backend with an additive mask (kernel_configs.
-PREFIX_ATTENTION_SDPA). Vision attention (SigLIP: 16 heads of 72 over each image's 256 tokens,
-strided views of one QKV tensor, as model.vision_forward passes them) at 1, 3 and 24 images:
-cuDNN, flash, memory-efficient. Patch embedding at 1, 3 and 24 images: cuDNN's convolution
+the cuDNN or the memory-efficient backend with an additive mask. Vision attention (SigLIP: 16
+heads of 72 over each image's 256 tokens, strided views of one QKV tensor, as
+model.vision_forward passes them) at 1, 3 and 24 images: cuDNN, flash, memory-efficient. Patch embedding at 1, 3 and 24 images: cuDNN's convolution
 against model.embed_patches (one GEMM). Every candidate is checked against a float32 reference.
 Usage: python benchmarks/attention_backends.py --json attention_backends.json
 """
@@ -17,12 +16,15 @@ import argparse
 import json
 
 import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F  # noqa: N812
 from tune_kernels import attention_problem, time_graph  # benchmarks/, next to this script
 
-from pi0_ros.engine import attention, kernel_configs
+from pi0_ros.engine import attention
 from pi0_ros.engine.model import embed_patches
 
+BACKENDS = {'cudnn': SDPBackend.CUDNN_ATTENTION, 'flash': SDPBackend.FLASH_ATTENTION,
+            'efficient': SDPBackend.EFFICIENT_ATTENTION}
 PREFIX_TILES = [  # block_m, block_n, num_warps, num_stages (no key split)
     (64, 64, 4, 2), (128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 2),
     (128, 32, 4, 2)]
@@ -57,17 +59,16 @@ def prefix_attention(batch: int) -> dict:
             lambda c=config: attention._launch(q, k0, v0, bias, scale, 0, 0, c), reference,
             [lambda k=k, v=v, c=config: attention._launch(q, k, v, bias, scale, 0, 0, c)
              for k, v in caches]))
+    mask = bias[:, None, None, :].to(q.dtype)  # the key padding as an additive mask
+
+    def sdpa(k, v, backend):  # the folded query rows are one head of each sequence
+        with sdpa_kernel(BACKENDS[backend]):
+            return F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
+                                                  attn_mask=mask, scale=scale)[:, 0]
+
     for backend in ('cudnn', 'efficient'):
-        kernel_configs.PREFIX_ATTENTION_SDPA = backend
-        try:
-            results.append(measure(
-                f'sdpa {backend}', lambda: attention.attention(q, k0, v0, bias, scale,
-                                                               shape='prefix'),
-                reference, [lambda k=k, v=v: attention.attention(q, k, v, bias, scale,
-                                                                 shape='prefix')
-                            for k, v in caches]))
-        finally:
-            kernel_configs.PREFIX_ATTENTION_SDPA = None
+        results.append(measure(f'sdpa {backend}', lambda b=backend: sdpa(k0, v0, b), reference,
+                               [lambda k=k, v=v, b=backend: sdpa(k, v, b) for k, v in caches]))
     return {'batch': batch, 'candidates': results}
 
 
@@ -81,7 +82,7 @@ def vision_attention(images: int) -> dict:
     results = []
     for backend in ('cudnn', 'flash', 'efficient'):
         def run(backend=backend):
-            with attention.sdpa_backend(backend):
+            with sdpa_kernel(BACKENDS[backend]):
                 return F.scaled_dot_product_attention(q, k, v)
         results.append(measure(f'sdpa {backend}', run, reference))
     return {'images': images, 'candidates': results}

@@ -11,7 +11,7 @@ they were captured with, so the two engines can be timed call by call, alternati
 same new frames: process-to-process drift (0.5-1 ms at batch 1 between processes of the same
 code) cancels out.
 Usage: python benchmarks/engine_ab.py [--tuned kernel_tuning.json ...]
-           [--b-option overlap_first_step=0 ...] [--b-config PREFIX_ATTENTION_SDPA=cudnn ...]
+           [--b-option overlap_first_step=0 ...] [--b-config PREFETCH_WEIGHTS_MAX_ROWS=0 ...]
            --batches 1,2 --iters 200 --json ab.json
 """
 import argparse

@@ -64,9 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
-                        help='set a switch (0/1), number or name in pi0_ros.engine.'
-                             'kernel_configs, e.g. PREFETCH_WEIGHTS_MAX_ROWS=0 or '
-                             'PREFIX_ATTENTION_SDPA=cudnn, or an entry of one of its '
+                        help='set a switch (0/1) or number in pi0_ros.engine.kernel_configs, '
+                             'e.g. PREFETCH_WEIGHTS_MAX_ROWS=0, or an entry of one of its '
                              'tables, e.g. EXPERT_LAYER.num_warps=4; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
@@ -475,13 +474,13 @@ def plot(report: dict, out: Path) -> list:
 
 
 def apply_kernel_config(setting: str) -> None:
-    """Set NAME=VALUE (a switch, number or name) or NAME.KEY=VALUE (a table entry)."""
+    """Set NAME=VALUE (switch or number) or NAME.KEY=VALUE (a table entry) in kernel_configs."""
     name, _, value = setting.partition('=')
     name, _, key = name.strip().partition('.')
     table = getattr(kernel_configs, name, None)
     if key and isinstance(table, dict) and key in table:
         holder, field, current = table, key, table[key]
-    elif not key and hasattr(kernel_configs, name):
+    elif not key:
         holder, field, current = None, name, table
     else:
         raise SystemExit(f'--kernel-config: {setting!r} names no entry of kernel_configs')
@@ -489,10 +488,8 @@ def apply_kernel_config(setting: str) -> None:
         parsed = value.strip().lower() in ('1', 'true', 'on', 'yes')
     elif isinstance(current, int):
         parsed = int(value)
-    elif current is None or isinstance(current, str):  # a name, e.g. an attention backend
-        parsed = None if value.strip().lower() in ('', 'none') else value.strip()
     else:
-        raise SystemExit(f'--kernel-config: {setting!r} is not a switch, number or name in '
+        raise SystemExit(f'--kernel-config: {setting!r} is not a switch or number in '
                          'kernel_configs')
     if holder is None:
         setattr(kernel_configs, field, parsed)

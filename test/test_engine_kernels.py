@@ -77,11 +77,6 @@ def test_bench_kernel_config_sets_switches_numbers_and_table_entries(monkeypatch
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
     monkeypatch.setattr(kernel_configs, 'PDL', True)
-    monkeypatch.setattr(kernel_configs, 'PREFIX_ATTENTION_SDPA', None)
-    apply_kernel_config('PREFIX_ATTENTION_SDPA=cudnn')
-    assert kernel_configs.PREFIX_ATTENTION_SDPA == 'cudnn'
-    apply_kernel_config('PREFIX_ATTENTION_SDPA=none')
-    assert kernel_configs.PREFIX_ATTENTION_SDPA is None
     apply_kernel_config('EXPERT_LAYER_MAX_ROWS=64')
     apply_kernel_config('PDL=0')
     apply_kernel_config('EXPERT_LAYER.num_warps=4')
@@ -323,12 +318,9 @@ def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu, mon
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('kind, sdpa', [('suffix', None), ('prefix', None), ('prefix', 'cudnn'),
-                                        ('prefix', 'efficient')])
+@pytest.mark.parametrize('kind', ['suffix', 'prefix'])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_attention_on_the_gpu_at_full_size(kind, sdpa, dtype, monkeypatch):
-    # sdpa: the prefix through PyTorch's attention backend instead of the Triton kernel.
-    monkeypatch.setattr(kernel_configs, 'PREFIX_ATTENTION_SDPA', sdpa)
+def test_attention_on_the_gpu_at_full_size(kind, dtype):
     torch.manual_seed(1)
     batch, prefix, heads, dim = 2, 816, 8, 256
     suffix = 51 if kind == 'suffix' else 0

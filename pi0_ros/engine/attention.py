@@ -15,11 +15,7 @@ Two launch shapes (kernel_configs.ATTENTION, per batch size):
   prefix  thousands of rows: one pass over the keys per program, normalized output written
           directly
 """
-import contextlib
-
 import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import kernel_configs, kernels
 from pi0_ros.engine.kernels import triton
@@ -162,17 +158,6 @@ def dense_mask(bias: torch.Tensor, n_queries: int, state_rows: int, state_keys: 
     return mask
 
 
-def sdpa_backend(name: str):
-    """Return a context that restricts scaled_dot_product_attention to one backend by name."""
-    if not name:
-        return contextlib.nullcontext()
-    backends = {'cudnn': SDPBackend.CUDNN_ATTENTION, 'efficient': SDPBackend.EFFICIENT_ATTENTION,
-                'flash': SDPBackend.FLASH_ATTENTION, 'math': SDPBackend.MATH}
-    if name not in backends:
-        raise ValueError(f'unknown attention backend {name!r}: one of {sorted(backends)}')
-    return sdpa_kernel(backends[name])
-
-
 def use_kernel(queries: torch.Tensor) -> bool:
     """Tell whether the Triton kernels run: half precision on CUDA, head_dim a power of 2."""
     head_dim = queries.shape[-1]
@@ -196,12 +181,6 @@ def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         # Softmax accumulates in float32 internally and rounds once to the query dtype.
         return torch.bmm(torch.softmax(scores, dim=-1), values)
     shape = shape or ('suffix' if queries.shape[1] <= 1024 else 'prefix')
-    if shape == 'prefix' and state_rows == 0 and kernel_configs.PREFIX_ATTENTION_SDPA:
-        # One KV head: the folded query rows are one head of b sequences.
-        with sdpa_backend(kernel_configs.PREFIX_ATTENTION_SDPA):
-            return F.scaled_dot_product_attention(
-                queries[:, None], keys[:, None], values[:, None],
-                attn_mask=bias[:, None, None, :].to(queries.dtype), scale=scale)[:, 0]
     return _launch(queries, keys, values, bias, scale, state_rows, state_keys,
                    kernel_configs.attention_config(shape, queries.shape[0]))
 
@@ -240,4 +219,4 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
     return out
 
 
-__all__ = ['attention', 'dense_mask', 'key_bias', 'sdpa_backend']
+__all__ = ['attention', 'dense_mask', 'key_bias']

@@ -86,15 +86,6 @@ EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 1, 'block_n_o': 16, 'o_split': 2
                 'prefetch': True, 'num_warps': 8, 'num_stages': 3}
 
 
-# Attention through PyTorch's scaled_dot_product_attention restricted to one backend ('cudnn',
-# 'efficient' or 'flash'; None = the default): PREFIX_ATTENTION_SDPA replaces the Triton kernel
-# for the prefix (its key-padding bias becomes an additive mask; 'flash' takes no mask), and
-# VISION_ATTENTION_SDPA picks the vision tower's backend (PyTorch's default is cuDNN on Hopper).
-# Not yet measured in the engine: benchmarks/attention_backends.py times them alone.
-PREFIX_ATTENTION_SDPA = None
-VISION_ATTENTION_SDPA = None
-
-
 def _attention(block_m, block_n, keys_per_split, num_warps, num_stages, merge_rows=1) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
             'num_warps': num_warps, 'num_stages': num_stages, 'merge_rows': merge_rows}

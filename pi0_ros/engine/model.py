@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
-from pi0_ros.engine.attention import attention, key_bias, sdpa_backend
+from pi0_ros.engine.attention import attention, key_bias
 from pi0_ros.engine.config import ModelDims
 
 
@@ -338,9 +338,7 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
         del pending
         qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
         q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        with sdpa_backend(kernel_configs.VISION_ATTENTION_SDPA):
-            a = F.scaled_dot_product_attention(q, key, val)
-        a = a.transpose(1, 2).reshape(k * n, width)
+        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
         del qkv, q, key, val
         kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
                                dims.layer_norm_eps)
