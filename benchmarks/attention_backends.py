@@ -8,8 +8,9 @@ head, head_dim 256, the last 30 keys padding) at batch 1 and 8: the engine's Tri
 (committed tile and a few others) against PyTorch's scaled_dot_product_attention restricted to
 the cuDNN or the memory-efficient backend with an additive mask. Vision attention (SigLIP: 16
 heads of 72 over each image's 256 tokens, strided views of one QKV tensor, as
-model.vision_forward passes them) at 1, 3 and 24 images: cuDNN, flash, memory-efficient. Patch embedding at 1, 3 and 24 images: cuDNN's convolution
-against model.embed_patches (one GEMM). Every candidate is checked against a float32 reference.
+model.vision_forward passes them) at 1, 3 and 24 images: cuDNN, flash, memory-efficient.
+Patch embedding at 1, 3 and 24 images: cuDNN's convolution against model.embed_patches (one
+GEMM). Every candidate is checked against a float32 reference.
 Usage: python benchmarks/attention_backends.py --json attention_backends.json
 """
 import argparse
