@@ -340,38 +340,6 @@ def test_attention_on_the_gpu_at_full_size(kind, dtype):
     assert (out.float() - reference).abs().max().item() < 2e-2
 
 
-@pytest.mark.skipif(kernels.triton is None, reason='needs Triton')
-def test_attention_prefetch_shares_each_tensors_cache_lines_between_programs():
-    weights = (torch.zeros(1024, 2048, dtype=torch.bfloat16),
-               torch.zeros(64, dtype=torch.bfloat16))
-    filler = torch.zeros(1, dtype=torch.bfloat16)
-    args, per_program, line_elements = attention._prefetch_args(weights, 91, filler)
-    assert line_elements == 64  # 128-byte lines of bfloat16
-    assert args[1] == 1024 * 2048 // 64 and args[3] == 1 and args[4] is filler and args[5] == 0
-    assert per_program == [512, 1, 0]  # 32768 lines over 91 programs: 361 each, a power of 2
-    with pytest.raises(ValueError, match='prefetch'):
-        attention._prefetch_args(weights * 2, 91, filler)
-    with pytest.raises(ValueError, match='prefetch'):
-        attention._prefetch_args((weights[0].t(),), 91, filler)
-
-
-@pytest.mark.gpu
-def test_attention_prefetching_weights_gives_the_same_output():
-    torch.manual_seed(4)
-    prefix, suffix, heads, dim = 816, 51, 8, 256
-    bias = attention.key_bias(torch.ones(1, prefix, dtype=torch.bool, device='cuda'),
-                              extra_keys=suffix)
-    q = torch.randn(1, suffix * heads, dim, dtype=torch.bfloat16, device='cuda')
-    k, v = (torch.randn(1, prefix + suffix, dim, dtype=torch.bfloat16, device='cuda')
-            for _ in range(2))
-    weights = [torch.randn(n, depth, dtype=torch.bfloat16, device='cuda')
-               for n, depth in ((1024, 2048), (8192, 1024), (1024, 4096))]
-    plain = attention.attention(q, k, v, bias, dim ** -0.5, heads, prefix + 1)
-    hinted = attention.attention(q, k, v, bias, dim ** -0.5, heads, prefix + 1,
-                                 prefetch=weights)
-    assert torch.equal(plain, hinted)
-
-
 def test_patch_embedding_is_the_strided_convolution():
     torch.manual_seed(3)
     pixels = torch.rand(2, 3, 56, 56) * 2 - 1

@@ -18,12 +18,6 @@ PDL = True
 # but 15.22 -> 15.43 ms at batch 8 (408-row launches), so batch 1's 51 rows only.
 PREFETCH_WEIGHTS_MAX_ROWS = 64
 
-# With PDL, in launches of at most PREFETCH_WEIGHTS_MAX_ROWS rows: the action expert's
-# attention kernel asks for the layer's o, gate/up and down weights in L2 (each program its
-# share, before it waits for the previous kernel), so the three projections after it read them
-# from L2 instead of streaming them from HBM behind a dependency. Not yet measured.
-ATTENTION_PREFETCHES_LAYER = True
-
 # The action side's float32 projections (action-time MLP, output head) as one skinny-kernel
 # launch each (float32 accuracy from three TF32 products; bias, SiLU, the write into the
 # residual stream and the Euler update in the epilogue) instead of cuBLAS + elementwise
