@@ -281,14 +281,15 @@ def main(argv=None):
     parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention'), default=None,
                         help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
-                        help='comma-separated batches of the suffix attention to tune')
+                        help="comma-separated batches of the suffix attention to tune ('': "
+                             'none)')
     parser.add_argument('--rows', default=None,
                         help='comma-separated row counts of the skinny GEMM to tune '
                              f'(default {",".join(map(str, ROWS))})')
     args, bench_args = parser.parse_known_args(argv)
     started = time.time()
-    suffix_batches = (tuple(int(b) for b in args.suffix_batches.split(','))
-                      if args.suffix_batches else ATTENTION_BATCHES['suffix'])
+    suffix_batches = (tuple(int(b) for b in args.suffix_batches.split(',') if b.strip())
+                      if args.suffix_batches is not None else ATTENTION_BATCHES['suffix'])
     attention_batches = dict(ATTENTION_BATCHES, suffix=suffix_batches)
 
     def wanted(family):
