@@ -6,10 +6,10 @@ A/B of two engine set-ups in one process (GPU only; writes JSON).
 Engine A is built and its CUDA graphs captured with the committed kernel_configs and default
 EngineOptions; then the configurations of the given tune_kernels.py JSON files are applied
 (measured rows and batches replace committed entries) and engine B is built with them, the
---b-config kernel_configs values and the --b-option values. The graphs keep the configurations
-they were captured with, so the two engines can be timed call by call, alternating, with the
-same new frames: process-to-process drift (0.5-1 ms at batch 1 between processes of the same
-code) cancels out.
+--b-config kernel_configs values, the --b-option values and the --b-blas library. The graphs
+keep the configurations they were captured with, so the two engines can be timed call by call,
+alternating, with the same new frames: process-to-process drift (0.5-1 ms at batch 1 between
+processes of the same code) cancels out.
 Usage: python benchmarks/engine_ab.py [--tuned kernel_tuning.json ...]
            [--b-option overlap_first_step=0 ...] [--b-config PREFETCH_WEIGHTS_MAX_ROWS=0 ...]
            --batches 1,2 --iters 200 --json ab.json
@@ -51,6 +51,9 @@ def main(argv=None) -> int:
                         help='an EngineOptions field of engine B (a switch or a number)')
     parser.add_argument('--b-config', action='append', default=[], metavar='NAME=VALUE',
                         help="a kernel_configs value of engine B (as bench's --kernel-config)")
+    parser.add_argument('--b-blas', choices=('cublas', 'cublaslt'), default=None,
+                        help="PyTorch's preferred BLAS library while engine B is built and "
+                             'captured')
     parser.add_argument('--batches', default='1')
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--json', default='engine_ab.json')
@@ -68,10 +71,12 @@ def main(argv=None) -> int:
         current = getattr(EngineOptions(), name.strip())
         b_options[name.strip()] = (value.strip().lower() in ('1', 'true', 'on')
                                    if isinstance(current, bool) else type(current)(value))
+    if args.b_blas:
+        torch.backends.cuda.preferred_blas_library(args.b_blas)
     engines['B'] = build(max(batches), **b_options)
     rng = np.random.default_rng(0)
     report = {'tuned': args.tuned, 'b_options': b_options, 'b_configs': args.b_config,
-              'batches': {}}
+              'b_blas': args.b_blas, 'batches': {}}
     for batch in batches:
         samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
         for index in range(args.iters + 5):

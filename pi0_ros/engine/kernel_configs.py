@@ -62,6 +62,11 @@ SKINNY_LINEAR = {
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 
+# The GELU * up pass over a [rows, 2F] gate/up product (kernels.gelu_mul, where cuBLAS computed
+# gate/up: the prefix MLP, the expert at large batches): columns per program and warps.
+GELU_MUL_BLOCK = 1024
+GELU_MUL_WARPS = 4
+
 # GELU * up GEMM (gemm.gelu_mul_gemm: many rows, TMA tiles, the GELU * up in the epilogue, so
 # the [rows, 2F] gate/up product is never written): (F, k) -> [(max_rows, config or None), ...]
 # as SKINNY_LINEAR; None, or rows beyond the last entry, = cuBLAS + the GELU * up kernel.

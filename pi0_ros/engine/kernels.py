@@ -302,10 +302,10 @@ def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor, out_scale: torch.Tensor =
         quantize_rows(F.gelu(gate, approximate='tanh') * up, out, out_scale)
         return
     if use_triton(gate_up):
-        block = 1024
+        block = kernel_configs.GELU_MUL_BLOCK
         _gelu_mul_kernel[(gate_up.shape[0], triton.cdiv(n_cols, block))](
-            gate_up, out, n_cols, BLOCK=block, USE_PDL=use_pdl(out), num_warps=4,
-            launch_pdl=use_pdl(out))
+            gate_up, out, n_cols, BLOCK=block, USE_PDL=use_pdl(out),
+            num_warps=kernel_configs.GELU_MUL_WARPS, launch_pdl=use_pdl(out))
         return
     gate, up = gate_up[:, :n_cols], gate_up[:, n_cols:]
     if gate_up.dtype == torch.float16:
