@@ -63,7 +63,8 @@ SKINNY_LINEAR = {
 SKINNY_LINEAR_MAX_ROWS = 512
 
 # The GELU * up pass over a [rows, 2F] gate/up product (kernels.gelu_mul, where cuBLAS computed
-# gate/up: the prefix MLP, the expert at large batches): columns per program and warps.
+# gate/up: the prefix MLP, the expert at large batches): columns per program and warps. H200
+# (session 8, engine_ab at batch 8): 2048 x 4 warps and 4096 x 8 within noise of these.
 GELU_MUL_BLOCK = 1024
 GELU_MUL_WARPS = 4
 
