@@ -28,12 +28,17 @@ from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
 
 
-def build(max_batch: int, **options) -> Pi0Engine:
+def build(max_batch: int, **options) -> tuple:
+    """Return a warmed-up engine and the peak GPU memory (GiB) its build and warm-up added."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
     engine = Pi0Engine.random(ModelDims.full(), state_dim=14, action_dim=14, num_cameras=3,
                               options=EngineOptions(precision='bf16', device='cuda',
                                                     max_batch=max_batch, **options))
     engine.warmup()
-    return engine
+    torch.cuda.synchronize()
+    return engine, (torch.cuda.max_memory_allocated() - base) / 2 ** 30
 
 
 def call(engine: Pi0Engine, observations: list) -> tuple:
@@ -60,7 +65,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     batches = [int(b) for b in args.batches.split(',')]
-    engines = {'A': build(max(batches))}
+    engines, peaks = {}, {}
+    engines['A'], peaks['A'] = build(max(batches))
     for path in args.tuned:
         apply(load_best(path))
     for setting in args.b_config:
@@ -73,10 +79,12 @@ def main(argv=None) -> int:
                                    if isinstance(current, bool) else type(current)(value))
     if args.b_blas:
         torch.backends.cuda.preferred_blas_library(args.b_blas)
-    engines['B'] = build(max(batches), **b_options)
+    engines['B'], peaks['B'] = build(max(batches), **b_options)
+    print(f"peak GPU memory of build + warm-up: A {peaks['A']:.3f} GiB, B {peaks['B']:.3f} GiB",
+          flush=True)
     rng = np.random.default_rng(0)
     report = {'tuned': args.tuned, 'b_options': b_options, 'b_configs': args.b_config,
-              'b_blas': args.b_blas, 'batches': {}}
+              'b_blas': args.b_blas, 'build_peak_gib': peaks, 'batches': {}}
     for batch in batches:
         samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
         for index in range(args.iters + 5):
