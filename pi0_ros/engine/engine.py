@@ -320,7 +320,7 @@ class Pi0Engine:
 
     def _prefix_stage(self, batch: int) -> None:
         overlap = self.options.overlap_first_step
-        side = self._overlap_stream if overlap and self._is_cuda else None
+        side = self._overlap_stream  # exists on CUDA with overlap_first_step only
         after_kv = before_layer = None
         if side is not None:
             # Fork: the first denoising step needs the uploads queued before this stage, and
