@@ -6,7 +6,7 @@ A/B of two engine set-ups in one process (GPU only; writes JSON).
 Engine A is built and its CUDA graphs captured with the committed kernel_configs and default
 EngineOptions; then the configurations of the given tune_kernels.py JSON files are applied
 (measured rows and batches replace committed entries) and engine B is built with them, the
---b-config kernel_configs values, the --b-option values and the --b-blas library. The graphs
+--b-config kernel_configs values (e.g. BLAS_LIBRARY=none) and the --b-option values. The graphs
 keep the configurations they were captured with, so the two engines can be timed call by call,
 alternating, with the same new frames: process-to-process drift (0.5-1 ms at batch 1 between
 processes of the same code) cancels out.
@@ -53,12 +53,17 @@ def main(argv=None) -> int:
     parser.add_argument('--tuned', action='append', default=[],
                         help="tune_kernels.py JSON whose 'best' configurations engine B uses")
     parser.add_argument('--b-option', action='append', default=[], metavar='NAME=VALUE',
-                        help='an EngineOptions field of engine B (a switch or a number)')
+                        help='an EngineOptions field of engine B (a switch, a number or '
+                             'comma-separated numbers)')
     parser.add_argument('--b-config', action='append', default=[], metavar='NAME=VALUE',
                         help="a kernel_configs value of engine B (as bench's --kernel-config)")
-    parser.add_argument('--b-blas', choices=('cublas', 'cublaslt'), default=None,
-                        help="PyTorch's preferred BLAS library while engine B is built and "
-                             'captured')
+    parser.add_argument('--frame-pool', type=int, default=0, metavar='N',
+                        help='draw N sets of frames before timing and cycle through them, so '
+                             'the calls run back to back (0: draw new frames before each pair '
+                             'of calls, ~18 ms of host work at batch 8 while the GPU idles)')
+    parser.add_argument('--instruction', default=INSTRUCTION,
+                        help='the prompt of every call (the built-in tokenizer makes one token '
+                             'per byte, plus <bos> and a newline)')
     parser.add_argument('--batches', default='1')
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--json', default='engine_ab.json')
@@ -75,22 +80,30 @@ def main(argv=None) -> int:
     for setting in args.b_option:
         name, _, value = setting.partition('=')
         current = getattr(EngineOptions(), name.strip())
-        b_options[name.strip()] = (value.strip().lower() in ('1', 'true', 'on')
-                                   if isinstance(current, bool) else type(current)(value))
-    if args.b_blas:
-        torch.backends.cuda.preferred_blas_library(args.b_blas)
+        if isinstance(current, bool):
+            b_options[name.strip()] = value.strip().lower() in ('1', 'true', 'on')
+        elif isinstance(current, tuple):  # e.g. prompt_buckets=16,48
+            b_options[name.strip()] = tuple(int(v) for v in value.split(',') if v.strip())
+        else:
+            b_options[name.strip()] = type(current)(value)
     engines['B'], peaks['B'] = build(max(batches), **b_options)
     print(f"peak GPU memory of build + warm-up: A {peaks['A']:.3f} GiB, B {peaks['B']:.3f} GiB",
           flush=True)
     rng = np.random.default_rng(0)
     report = {'tuned': args.tuned, 'b_options': b_options, 'b_configs': args.b_config,
-              'b_blas': args.b_blas, 'build_peak_gib': peaks, 'batches': {}}
+              'frame_pool': args.frame_pool, 'instruction': args.instruction,
+              'build_peak_gib': peaks, 'batches': {}}
+
+    def draw(batch):
+        return [([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)],
+                 rng.normal(size=14).astype(np.float32), args.instruction)
+                for _ in range(batch)]
+
     for batch in batches:
         samples = {name: {'total': [], **{stage: [] for stage in STAGES}} for name in engines}
+        pool = [draw(batch) for _ in range(args.frame_pool)]
         for index in range(args.iters + 5):
-            observations = [([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
-                              for _ in range(3)], rng.normal(size=14).astype(np.float32),
-                             INSTRUCTION) for _ in range(batch)]
+            observations = pool[index % len(pool)] if pool else draw(batch)
             order = ('A', 'B') if index % 2 == 0 else ('B', 'A')
             for name in order:
                 elapsed, timings = call(engines[name], observations)

@@ -46,14 +46,7 @@ def main() -> None:
                               dims.expert_mlp_dim)
     batch, prefix, seq, depth = args.batch, 816, dims.chunk_size + 1, dims.expert_depth
     generator = torch.Generator(device='cuda').manual_seed(0)
-
-    def weight(n_out, n_in):
-        return (torch.randn(n_out, n_in, device='cuda', generator=generator)
-                * n_in ** -0.5).to(torch.bfloat16)
-
-    layers = [model.GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
-                               weight(2 * mlp, width), weight(width, mlp))
-              for _ in range(depth)]
+    layers = model.random_expert_layers(dims, depth, generator)
     key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
     bias = attention.key_bias(key_mask, extra_keys=seq)
     positions = (prefix + torch.arange(seq, device='cuda')).repeat(batch)

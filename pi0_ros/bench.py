@@ -35,6 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--precision', choices=('auto', 'fp32', 'bf16', 'fp16'), default='auto')
     parser.add_argument('--device', default='auto', help="'auto', 'cpu', 'cuda' or 'cuda:N'")
     parser.add_argument('--batches', default='1', help='comma-separated batch sizes to sweep')
+    parser.add_argument('--instruction', default=INSTRUCTION,
+                        help='the prompt of every call (the built-in tokenizer: one token per '
+                             'byte, plus <bos> and a newline; the default fills 47 of 48)')
     parser.add_argument('--buckets', default='',
                         help='comma-separated batch buckets of the sweep engine (default: the '
                              "engine's, every size up to 8 then multiples of 4)")
@@ -64,9 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--no-pdl', action='store_true',
                         help='launch the Triton kernels without programmatic dependent launch')
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
-                        help='set a switch (0/1) or number in pi0_ros.engine.kernel_configs, '
-                             'e.g. PREFETCH_WEIGHTS_MAX_ROWS=0, or an entry of one of its '
-                             'tables, e.g. EXPERT_LAYER.num_warps=4; repeatable')
+                        help='set a switch (0/1), number or name in '
+                             'pi0_ros.engine.kernel_configs, e.g. PREFETCH_WEIGHTS_MAX_ROWS=0 '
+                             'or BLAS_LIBRARY=none, or an entry of one of its tables, e.g. '
+                             'EXPERT_LAYER.num_warps=4; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -118,9 +122,9 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
         picks = [(index * batch + k) % len(pool) for k in range(batch)]
         start = time.perf_counter()
         if batch == 1:
-            results = [engine.infer(pool[picks[0]], states[picks[0]], INSTRUCTION)]
+            results = [engine.infer(pool[picks[0]], states[picks[0]], args.instruction)]
         else:
-            results = engine.infer_batch([(pool[p], states[p], INSTRUCTION) for p in picks])
+            results = engine.infer_batch([(pool[p], states[p], args.instruction) for p in picks])
         elapsed = (time.perf_counter() - start) * 1e3
         if index >= args.warmup_iters:
             latencies.append(elapsed)
@@ -157,7 +161,7 @@ def time_frames_ahead(engine: Pi0Engine, args, iters: int) -> dict:
                 if index >= args.warmup_iters:
                     encode.append((time.perf_counter() - start) * 1e3)
             start = time.perf_counter()
-            result = engine.infer(frames, state, INSTRUCTION, frame_keys=keys)
+            result = engine.infer(frames, state, args.instruction, frame_keys=keys)
             elapsed = (time.perf_counter() - start) * 1e3
             if index >= args.warmup_iters:
                 cases[case].append(elapsed)
@@ -258,8 +262,9 @@ def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
         entry = {'estimate_gib': estimate.as_gib(), 'resident_gib': resident / 2 ** 30,
                  'build_peak_gib': (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30}
         stages = {}
-        for stage, size in (('vision', max_batch * args.cameras), ('prefix', max_batch),
-                            ('denoise', max_batch)):
+        full = (max_batch, engine._prefix_length)  # every prompt token (the largest bucket)
+        for stage, size in (('vision', max_batch * args.cameras), ('prefix', full),
+                            ('denoise', full)):
             torch.cuda.reset_peak_memory_stats(device)
             before = torch.cuda.memory_allocated(device)
             with torch.inference_mode():
@@ -273,7 +278,7 @@ def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
         entry['warmup_peak_gib'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30
         frames = make_frames(args, max_batch, seed=7)
         state = np.zeros(args.state_dim, np.float32)
-        engine.infer_batch([(f, state, INSTRUCTION) for f in frames])
+        engine.infer_batch([(f, state, args.instruction) for f in frames])
         synchronize(device)
         entry['run_peak_gib'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30
         entry['measured_peak_gib'] = max(entry['build_peak_gib'], entry['warmup_peak_gib'],
@@ -330,7 +335,7 @@ def bench_lerobot(args, dims: ModelDims) -> dict:
     device = next(policy.parameters()).device
     frames = make_frames(args, 4, seed=99)
     state = np.zeros(args.state_dim, np.float32)
-    batches = [pre(lerobot_batch(f, state, INSTRUCTION, device)) for f in frames]
+    batches = [pre(lerobot_batch(f, state, args.instruction, device)) for f in frames]
     latencies = []
     with torch.no_grad():
         for index in range(args.warmup_iters + args.lerobot_iters):
@@ -365,12 +370,12 @@ def equivalence_check(args, dims: ModelDims) -> dict:
     frames = make_frames(args, 1, seed=5)[0]
     state = rng.normal(size=args.state_dim).astype(np.float32)
     noise = rng.normal(size=(dims.chunk_size, dims.max_action_dim)).astype(np.float32)
-    reference = lerobot_predict(policy, pre, post, frames, state, INSTRUCTION, noise)
+    reference = lerobot_predict(policy, pre, post, frames, state, args.instruction, noise)
     results = {}
     for precision in ('fp32', 'bf16', 'fp16'):
         engine = identity_engine_from_policy(policy, dims, args, precision)
         engine.warmup()
-        actions = engine.infer(frames, state, INSTRUCTION, noise=noise).actions
+        actions = engine.infer(frames, state, args.instruction, noise=noise).actions
         engine.close()
         del engine
         gc.collect()
@@ -399,7 +404,7 @@ def profile_kernels(args, dims: ModelDims, out: Path, batch: int = 1) -> None:
                               num_cameras=args.cameras, options=options)
     frames = make_frames(args, batch, seed=3)
     state = np.zeros(args.state_dim, np.float32)
-    observations = [(f, state, INSTRUCTION) for f in frames]
+    observations = [(f, state, args.instruction) for f in frames]
     for _ in range(3):
         engine.infer_batch(observations)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
@@ -474,13 +479,13 @@ def plot(report: dict, out: Path) -> list:
 
 
 def apply_kernel_config(setting: str) -> None:
-    """Set NAME=VALUE (switch or number) or NAME.KEY=VALUE (a table entry) in kernel_configs."""
+    """Set NAME=VALUE (switch, number or name; none = None) or NAME.KEY=VALUE in kernel_configs."""
     name, _, value = setting.partition('=')
     name, _, key = name.strip().partition('.')
     table = getattr(kernel_configs, name, None)
     if key and isinstance(table, dict) and key in table:
         holder, field, current = table, key, table[key]
-    elif not key:
+    elif not key and hasattr(kernel_configs, name):
         holder, field, current = None, name, table
     else:
         raise SystemExit(f'--kernel-config: {setting!r} names no entry of kernel_configs')
@@ -488,8 +493,10 @@ def apply_kernel_config(setting: str) -> None:
         parsed = value.strip().lower() in ('1', 'true', 'on', 'yes')
     elif isinstance(current, int):
         parsed = int(value)
+    elif current is None or isinstance(current, str):
+        parsed = None if value.strip().lower() in ('', 'none') else value.strip()
     else:
-        raise SystemExit(f'--kernel-config: {setting!r} is not a switch or number in '
+        raise SystemExit(f'--kernel-config: {setting!r} is not a switch, number or name in '
                          'kernel_configs')
     if holder is None:
         setattr(kernel_configs, field, parsed)

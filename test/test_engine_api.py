@@ -7,7 +7,7 @@ import torch
 
 from pi0_ros.engine import (EngineError, EngineOptions, InferenceResult, InputError, ModelDims,
                             NonFiniteOutputError, Pi0Engine)
-from pi0_ros.engine.engine import batch_buckets
+from pi0_ros.engine.engine import batch_buckets, prompt_buckets
 
 DIMS = ModelDims.tiny()
 CPU = EngineOptions(device='cpu')
@@ -193,10 +193,13 @@ def test_each_stage_gives_the_same_result_however_often_it_runs(overlap):
     """CUDA graph capture runs a stage three times (two warm-up runs, the capture)."""
     pi0 = make_engine(overlap_first_step=overlap)
     frames, state, noise = observation(13)
+    sizes = {}
+    run_stage = pi0._run_stage
+    pi0._run_stage = lambda stage, size: sizes.setdefault(stage, size) and run_stage(stage, size)
     actions = pi0.infer(frames, state, 'grasp', noise=noise).actions
     once = pi0._chunk.clone()
     for stage in ('vision', 'prefix', 'denoise'):
-        size = 2 if stage == 'vision' else 1
+        size = sizes[stage]
         for _ in range(2):
             pi0._stage_function(stage, size)()
     torch.testing.assert_close(pi0._chunk, once, rtol=0, atol=0)
@@ -251,7 +254,8 @@ def test_chosen_batch_buckets_pad_to_the_next_bucket(monkeypatch):
                         lambda stage, size: sizes.append((stage, size)) or run_stage(stage, size))
     observations = [observation(seed) for seed in (20, 21)]
     batch = pi0.infer_batch([(f, s, 'grasp', None, n) for f, s, n in observations])
-    assert ('prefix', 3) in sizes and ('denoise', 3) in sizes  # two observations, bucket 3
+    assert {stage for stage, size in sizes if stage != 'vision' and size[0] == 3} == {
+        'prefix', 'denoise'}  # two observations, bucket 3
     single = make_engine()
     for result, (frames, state, noise) in zip(batch, observations):
         expected = single.infer(frames, state, 'grasp', noise=noise).actions
@@ -270,7 +274,51 @@ def test_default_buckets_hold_every_size_up_to_8_then_multiples_of_4():
     pi0._run_stage = lambda stage, size: sizes.append((stage, size)) or run_stage(stage, size)
     observations = [observation(seed) for seed in (22, 23, 24)]
     pi0.infer_batch([(f, s, 'grasp', None, n) for f, s, n in observations])
-    assert ('prefix', 3) in sizes  # three observations run as three, not padded
+    assert [size[0] for stage, size in sizes if stage == 'prefix'] == [3]  # not padded to 4
+
+
+def test_default_prompt_buckets_are_multiples_of_16_for_batches_else_the_full_length():
+    assert prompt_buckets(48) == [48]
+    assert prompt_buckets(48, max_batch=2) == [16, 32, 48]
+    assert prompt_buckets(40, max_batch=8) == [16, 32, 40]
+    assert prompt_buckets(10, max_batch=8) == [10]
+    assert prompt_buckets(48, (8, 24)) == [8, 24, 48]
+    assert prompt_buckets(48, (16, 48, 64), max_batch=4) == [16, 48]
+    for bad in ((32, 16), (0, 16), (16, 16), (True,), (16.0,)):
+        with pytest.raises(ValueError, match='prompt_buckets'):
+            EngineOptions(prompt_buckets=bad)
+
+
+def test_prefix_ends_after_the_prompt_bucket_with_the_same_actions():
+    """Padding tokens past the longest prompt are skipped: they never reach the actions."""
+    pi0 = make_engine(max_batch=2)
+    full = make_engine(max_batch=2, prompt_buckets=(DIMS.tokenizer_max_length,))
+    sizes = []
+    run_stage = pi0._run_stage
+    pi0._run_stage = lambda stage, size: sizes.append((stage, size)) or run_stage(stage, size)
+    images = 2 * DIMS.tokens_per_image
+    # The built-in tokenizer: one token per byte, plus <bos> and the newline.
+    prompts = {'grasp': 16, 'put the red block in the bowl': 32, 'x' * 60: 48}
+    (frames, state, noise), other = observation(30), observation(31)
+    for prompt, bucket in prompts.items():
+        sizes.clear()
+        actions = pi0.infer(frames, state, prompt, noise=noise).actions
+        assert [size for stage, size in sizes if stage != 'vision'] == [(1, images + bucket)] * 2
+        np.testing.assert_allclose(actions, full.infer(frames, state, prompt, noise=noise)
+                                   .actions, rtol=1e-5, atol=1e-5)
+    # A batch runs in the bucket of its longest prompt; the short one gives what it gives alone.
+    sizes.clear()
+    batch = pi0.infer_batch([(frames, state, 'grasp', None, noise),
+                             (other[0], other[1], 'put the red block in the bowl', None,
+                              other[2])])
+    assert ('prefix', (2, images + 32)) in sizes
+    np.testing.assert_allclose(batch[0].actions,
+                               full.infer(frames, state, 'grasp', noise=noise).actions,
+                               rtol=1e-5, atol=1e-5)
+    # One observation after a long prompt in slot 1: slot 1 is padding and does not count.
+    sizes.clear()
+    pi0.infer(frames, state, 'grasp', noise=noise)
+    assert ('prefix', (1, images + 16)) in sizes
 
 
 def test_batch_limits():

@@ -62,15 +62,16 @@ def test_steady_state_allocates_nothing(precision):
 
 
 def test_graphs_equal_eager():
-    graphs = make_engine(precision='fp32', cuda_graphs=True)
-    eager = make_engine(precision='fp32', cuda_graphs=False)
+    graphs = make_engine(precision='fp32', cuda_graphs=True, max_batch=2)
+    eager = make_engine(precision='fp32', cuda_graphs=False, max_batch=2)
     graphs.warmup()
-    for seed in (3, 4):
-        frames, state, noise = observation(seed)
-        a = graphs.infer(frames, state, 'grasp', noise=noise).actions
-        b = eager.infer(frames, state, 'grasp', noise=noise).actions
+    for seed, prompt in ((3, 'grasp'), (4, 'put the red block in the blue bowl')):
+        frames, state, noise = observation(seed)  # prompt buckets of 16 and 48 tokens
+        a = graphs.infer(frames, state, prompt, noise=noise).actions
+        b = eager.infer(frames, state, prompt, noise=noise).actions
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    assert len(graphs._graphs) >= 5
+    # vision 1-6 frames; prefix and denoise per batch bucket (1, 2) and prompt (16, 32, 48)
+    assert len(graphs._graphs) == 6 + 2 * 3 * 2
 
 
 def test_gpu_matches_cpu_fp32():
@@ -132,6 +133,24 @@ def test_overlapped_first_step_equals_sequential_on_gpu(graphs):
                            .actions]
     for a, b in zip(chunks[True], chunks[False]):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize('precision', ['bf16', 'fp16'])
+def test_cublaslt_stages_match_default_blas_and_leave_the_setting_alone(precision, monkeypatch):
+    """The engine's half-precision GEMMs through cuBLASLt (kernel_configs.BLAS_LIBRARY)."""
+    from pi0_ros.engine import kernel_configs
+
+    default = torch.backends.cuda.preferred_blas_library()
+    frames, state, noise = observation(21)
+    chunks = {}
+    for library in ('cublaslt', None):
+        monkeypatch.setattr(kernel_configs, 'BLAS_LIBRARY', library)
+        pi0 = make_engine(precision=precision)
+        pi0.warmup()
+        chunks[library] = pi0.infer(frames, state, 'grasp', noise=noise).actions
+        assert torch.backends.cuda.preferred_blas_library() == default
+    a, b = chunks['cublaslt'].ravel(), chunks[None].ravel()
+    assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) > 0.9999
 
 
 def test_batch_buckets_match_single_calls():

@@ -71,22 +71,47 @@ def test_expert_layer_kernel_runs_only_where_switched_on_and_tileable(monkeypatc
     assert not supported()  # CPU tensors without the interpreter: PyTorch
 
 
-def test_bench_kernel_config_sets_switches_numbers_and_table_entries(monkeypatch):
+def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
     from pi0_ros.bench import apply_kernel_config
 
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
     monkeypatch.setattr(kernel_configs, 'PDL', True)
+    monkeypatch.setattr(kernel_configs, 'BLAS_LIBRARY', 'cublaslt')
     apply_kernel_config('EXPERT_LAYER_MAX_ROWS=64')
     apply_kernel_config('PDL=0')
     apply_kernel_config('EXPERT_LAYER.num_warps=4')
     apply_kernel_config('EXPERT_LAYER.prefetch=off')
+    apply_kernel_config('BLAS_LIBRARY=none')
+    assert kernel_configs.BLAS_LIBRARY is None
+    apply_kernel_config('BLAS_LIBRARY=cublas')
+    assert kernel_configs.BLAS_LIBRARY == 'cublas'
     assert kernel_configs.EXPERT_LAYER_MAX_ROWS == 64 and kernel_configs.PDL is False
     assert kernel_configs.EXPERT_LAYER['num_warps'] == 4
     assert kernel_configs.EXPERT_LAYER['prefetch'] is False
     for bad in ('NOT_A_SETTING=1', 'EXPERT_LAYER.not_a_key=1', 'ATTENTION=1', 'PDL.x=1'):
         with pytest.raises(SystemExit):
             apply_kernel_config(bad)
+
+
+def test_preferred_blas_applies_only_to_half_precision_cuda_work_and_is_restored(monkeypatch):
+    monkeypatch.setattr(kernel_configs, 'BLAS_LIBRARY', 'cublaslt')
+    default = torch.backends.cuda.preferred_blas_library()
+    assert default != torch._C._BlasBackend.Cublaslt  # PyTorch's default is cuBLAS
+    cuda = torch.device('cuda')
+    with gemm.preferred_blas(cuda, torch.bfloat16):
+        assert torch.backends.cuda.preferred_blas_library() == torch._C._BlasBackend.Cublaslt
+    assert torch.backends.cuda.preferred_blas_library() == default
+    with pytest.raises(RuntimeError):
+        with gemm.preferred_blas(cuda, torch.float16):
+            raise RuntimeError('a stage failed')
+    assert torch.backends.cuda.preferred_blas_library() == default
+    for device, dtype in ((cuda, torch.float32), (torch.device('cpu'), torch.bfloat16)):
+        with gemm.preferred_blas(device, dtype):
+            assert torch.backends.cuda.preferred_blas_library() == default
+    monkeypatch.setattr(kernel_configs, 'BLAS_LIBRARY', None)
+    with gemm.preferred_blas(cuda, torch.bfloat16):
+        assert torch.backends.cuda.preferred_blas_library() == default
 
 
 @pytest.mark.gpu
@@ -386,14 +411,7 @@ def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, tiles, monkeypatch):
         dims.expert_mlp_dim
     prefix, seq, depth = 816, dims.chunk_size + 1, 3
     generator = torch.Generator(device='cuda').manual_seed(7)
-
-    def weight(n_out, n_in):
-        return (torch.randn(n_out, n_in, device='cuda', generator=generator)
-                * n_in ** -0.5).to(torch.bfloat16)
-
-    layers = [model.GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
-                               weight(2 * mlp, width), weight(width, mlp))
-              for _ in range(depth)]
+    layers = model.random_expert_layers(dims, depth, generator)
     assert expert_layer.supported(layers, batch * seq, width, heads, dim, mlp, torch.bfloat16,
                                   torch.device('cuda'), cfg)
     key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')

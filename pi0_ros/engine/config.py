@@ -94,6 +94,12 @@ class EngineOptions:
     # the same per observation at every size, so padding slots cost as much as robots). Fewer
     # buckets (e.g. (1, 2, 4)) start faster; each bucket adds graphs and start-up time.
     batch_buckets: tuple = ()
+    # Static prompt lengths in tokens (prefix and denoise graphs for each, per batch bucket):
+    # the prefix covers the images and the smallest of these that holds every prompt of the
+    # call; the padding tokens after it are skipped (their work never reaches the actions).
+    # The model's tokenizer_max_length is always one. Empty: multiples of 16 when max_batch > 1,
+    # else none (at batch 1 the shorter prefix fills as many GEMM tiles: no gain on an H200).
+    prompt_buckets: tuple = ()
     cuda_graphs: bool = True
     max_frame_height: int = 1080
     max_frame_width: int = 1920
@@ -132,6 +138,11 @@ class EngineOptions:
                         or list(buckets) != sorted(set(buckets)) or buckets[-1] != self.max_batch):
             raise ValueError('batch_buckets must be increasing positive integers ending at '
                              f'max_batch ({self.max_batch}), got {self.batch_buckets!r}')
+        prompts = tuple(self.prompt_buckets)
+        if prompts and (any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                            for n in prompts) or list(prompts) != sorted(set(prompts))):
+            raise ValueError('prompt_buckets must be increasing positive token counts, '
+                             f'got {self.prompt_buckets!r}')
         layers = tuple(self.prefix_fp8_layers)
         if layers and (not self.prefix_fp8
                        or any(isinstance(i, bool) or not isinstance(i, int) or i < 0

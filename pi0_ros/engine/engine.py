@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import torch
 
+from pi0_ros.engine import gemm
 from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
 from pi0_ros.engine.errors import EngineError, InputError, NonFiniteOutputError
 from pi0_ros.engine.kernels import use_triton
@@ -93,6 +94,20 @@ def batch_buckets(max_batch: int, chosen=()) -> list:
     return buckets
 
 
+def prompt_buckets(max_length: int, chosen=(), max_batch: int = 1) -> list:
+    """
+    Return the static prompt lengths: chosen (those below max_length), then max_length.
+
+    The prefix of a call runs over the smallest that holds its prompts: a 16-token prompt
+    skips 32 padding tokens, 4 % of the prefix's 816 rows with three cameras. By default
+    multiples of 16 when max_batch > 1; at batch 1 only max_length, since 784 and 816 rows
+    fill the same number of 128-row GEMM tiles (H200: no gain, and each length adds graphs).
+    """
+    if not chosen and max_batch > 1:
+        chosen = range(16, max_length, 16)
+    return [n for n in chosen if n < max_length] + [max_length]
+
+
 def random_lerobot_tensors(dims: ModelDims, device: torch.device, seed: int):
     """Getter of random LeRobot-named float32 tensors (init like HF: N(0, 0.02))."""
     shapes = lerobot_parameter_shapes(dims)
@@ -156,6 +171,8 @@ class Pi0Engine:
         self._capture_stream = None
         self._graph_thread = None
         self._buckets = batch_buckets(options.max_batch, options.batch_buckets)
+        self._prompt_lengths = prompt_buckets(dims.tokenizer_max_length, options.prompt_buckets,
+                                              options.max_batch)
         self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0,
                        'frames_encoded_ahead': 0}
         self._image_tokens = num_cameras * dims.tokens_per_image
@@ -318,7 +335,8 @@ class Pi0Engine:
     def _vision_stage(self, count: int) -> None:
         vision_forward(self.weights, self.dims, self._pixels[:count], self._vision_out[:count])
 
-    def _prefix_stage(self, batch: int) -> None:
+    def _prefix_stage(self, shape: tuple) -> None:
+        batch, length = shape  # observations, prefix tokens (images + prompt bucket)
         overlap = self.options.overlap_first_step
         side = self._overlap_stream  # exists on CUDA with overlap_first_step only
         after_kv = before_layer = None
@@ -328,11 +346,12 @@ class Pi0Engine:
             main = torch.cuda.current_stream(self.device)
             side.wait_stream(main)
             after_kv, before_layer = self._layer_handoff(main, side)
-        prefix_forward(self.weights, self.dims, self._prefix_embeds[:batch],
-                       self._key_mask[:batch], self._cache_k, self._cache_v, after_kv=after_kv)
+        prefix_forward(self.weights, self.dims, self._prefix_embeds[:batch, :length],
+                       self._key_mask[:batch, ..., :length], self._cache_k, self._cache_v,
+                       after_kv=after_kv)
         if overlap:
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                self._denoise_steps(batch, [0], self._noise, self._after_first_step,
+                self._denoise_steps(shape, [0], self._noise, self._after_first_step,
                                     before_layer)
             if side is not None:
                 main.wait_stream(side)  # join
@@ -349,25 +368,32 @@ class Pi0Engine:
 
         return after_kv, before_layer
 
-    def _denoise_stage(self, batch: int) -> None:
+    def _denoise_stage(self, shape: tuple) -> None:
         if self.options.overlap_first_step:
-            self._denoise_steps(batch, range(1, self.dims.num_steps), self._after_first_step,
+            self._denoise_steps(shape, range(1, self.dims.num_steps), self._after_first_step,
                                 self._chunk)
         else:
-            self._denoise_steps(batch, range(self.dims.num_steps), self._noise, self._chunk)
+            self._denoise_steps(shape, range(self.dims.num_steps), self._noise, self._chunk)
 
-    def _denoise_steps(self, batch: int, steps, start: torch.Tensor, out: torch.Tensor,
+    def _denoise_steps(self, shape: tuple, steps, start: torch.Tensor, out: torch.Tensor,
                        before_layer=None) -> None:
         # Integrates from `start` into `out` (never in place across stages: a stage must give
         # the same result however often it runs, as graph capture runs it three times).
+        batch, length = shape
         denoise_forward(self.weights, self.dims, start[:batch], self._state[:batch],
-                        self._prefix_valid[:batch], self._key_mask[:batch], self._cache_k,
-                        self._cache_v, out[:batch], steps=steps, before_layer=before_layer)
+                        self._prefix_valid[:batch], self._key_mask[:batch, ..., :length],
+                        self._cache_k, self._cache_v, out[:batch], steps=steps,
+                        before_layer=before_layer)
 
     def _stage_function(self, stage: str, size: int):
         body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
                 'denoise': self._denoise_stage}[stage]
-        return lambda: body(size)
+
+        def run():
+            # The BLAS library is picked per GEMM when it is queued: graphs keep the capture's.
+            with gemm.preferred_blas(self.device, self.dtype):
+                body(size)
+        return run
 
     def _run_stage(self, stage: str, size: int) -> None:
         if not self._use_graphs:
@@ -415,8 +441,9 @@ class Pi0Engine:
                         else [bucket * self.num_cameras]:
                     if ('vision', count) not in self._graphs:
                         self._warm_stage('vision', count)
-                for stage in ('prefix', 'denoise'):
-                    self._warm_stage(stage, bucket)
+                for prompt in self._prompt_lengths:
+                    for stage in ('prefix', 'denoise'):
+                        self._warm_stage(stage, (bucket, self._image_tokens + prompt))
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
 
@@ -679,17 +706,21 @@ class Pi0Engine:
         marks['vision'] = time.perf_counter()
         if cuda:
             self._events['vision'].record()
-        self._run_stage('prefix', bucket)
+        # The prefix ends after the longest prompt of the call, in its prompt bucket (padding
+        # slots of the batch bucket are cut there too: their results are discarded).
+        longest = int(self._host_prefix_valid[:batch].max()) - self._image_tokens
+        shape = (bucket, self._image_tokens
+                 + next(n for n in self._prompt_lengths if n >= longest))
+        self._run_stage('prefix', shape)
         marks['prefix'] = time.perf_counter()
         if cuda:
             self._events['prefix'].record()
-        self._run_stage('denoise', bucket)
+        self._run_stage('denoise', shape)
         marks['denoise'] = time.perf_counter()
         if cuda:
             self._events['denoise'].record()
             self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
-            self._events['denoise'].synchronize()
-            torch.cuda.current_stream(self.device).synchronize()
+            torch.cuda.current_stream(self.device).synchronize()  # the chunk and every event
         self._remember_frame_keys(pending)
         chunk = self._host_chunk[:batch].numpy()
         if not np.isfinite(chunk).all():

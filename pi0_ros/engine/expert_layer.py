@@ -66,6 +66,14 @@ if triton is not None:
         tl.debug_barrier()
 
     @triton.jit
+    def _phase_barrier(counter_ptr, error_ptr, barriers, programs, PHASE: tl.constexpr):
+        # Between the phases of a whole layer (PHASE < 0); a single phase runs alone.
+        if PHASE < 0:
+            barriers += 1
+            _grid_sync(counter_ptr, error_ptr, barriers * programs)
+        return barriers
+
+    @triton.jit
     def _prefetch_slab(w_ptr, stride_w, col0, k0, pair_offset, BLOCK_N: tl.constexpr,
                        LINES: tl.constexpr, LINE: tl.constexpr, PAIRED: tl.constexpr):
         # One address per 128-byte line of the slab [col0:col0+BLOCK_N, k0:k0+LINES*LINE].
@@ -225,9 +233,7 @@ if triton is not None:
                     tl.store(xh_ptr + row * WIDTH + columns, x.to(xh_ptr.dtype.element_ty),
                              mask=columns < WIDTH)
                     tl.store(sumsq_a + row, tl.sum(x * x, 0))
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if PHASE < 0 or PHASE == 1:
             if (WORK >> 1) & 1:
                 # qkv: normalized rows x [Q | K | V], RoPE, K/V into the cache. A tile is
@@ -270,9 +276,7 @@ if triton is not None:
                             out = v_ptr + batch * stride_vb + (start + position) * HEAD_DIM + j
                         tl.store(out, first.to(out.dtype.element_ty), mask=row_ok)
                         tl.store(out + HALF, second.to(out.dtype.element_ty), mask=row_ok)
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if PHASE < 0 or PHASE == 2:
             if (WORK >> 2) & 1:
                 # attention: query rows (token * HEADS + head) over key splits.
@@ -287,9 +291,7 @@ if triton is not None:
                                  stride_vb, HEAD_DIM, stride_bias_b, n_queries * HEAD_DIM,
                                  HEAD_DIM, HEAD_DIM, ATT_BLOCK_M, ATT_BLOCK_N, N_SPLITS > 1,
                                  '.cg')
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if N_SPLITS > 1 and (PHASE < 0 or PHASE == 3):
             if (WORK >> 3) & 1:
                 # merge: MERGE_ROWS query rows per item, all their splits' loads in flight.
@@ -299,9 +301,7 @@ if triton is not None:
                                (item % row_blocks) * MERGE_ROWS, item // row_blocks,
                                n_queries, n_queries * HEAD_DIM, HEAD_DIM, N_SPLITS, HEAD_DIM,
                                MERGE_ROWS, '.cg')
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if PHASE < 0 or PHASE == 4:
             if (WORK >> 4) & 1:
                 # o: attended rows x W_o, into the residual stream; row sums for gate/up.
@@ -309,9 +309,7 @@ if triton is not None:
                     _project_into_residual(attended_ptr, o_w, ATTENDED, item, x_ptr, xh_ptr,
                                            sumsq_b, part_ptr, o_counts, rows, n_rows, WIDTH,
                                            BLOCK_M, BLOCK_N_O, BLOCK_K, O_SPLIT)
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if PHASE < 0 or PHASE == 5:
             if (WORK >> 5) & 1:
                 # gate/up: GELU(gate) * up of the normalized rows.
@@ -334,9 +332,7 @@ if triton is not None:
                         hidden = gelu_tanh(gate * factor) * (up * factor)
                         tl.store(hidden_ptr + rows[:, None] * MLP + cols,
                                  hidden.to(hidden_ptr.dtype.element_ty), mask=row_ok)
-            if PHASE < 0:
-                barriers += 1
-                _grid_sync(barrier_ptr, error_ptr, barriers * programs)
+            barriers = _phase_barrier(barrier_ptr, error_ptr, barriers, programs, PHASE)
         if PHASE < 0 or PHASE == 6:
             if (WORK >> 6) & 1:
                 # down: hidden x W_down, into the residual stream; row sums for the next qkv.

@@ -14,6 +14,7 @@ SM and launching few kernels. One Triton kernel covers the three shapes of work:
             one program, so the MLP's hidden activations are written once, already activated
 Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic.
 """
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -198,6 +199,27 @@ def config_for(rows: int, weight: torch.Tensor, gelu_mul: bool):
         if rows <= max_rows:
             return None if values is None else SkinnyConfig(**values)
     return None
+
+
+@contextlib.contextmanager
+def preferred_blas(device: torch.device, dtype: torch.dtype):
+    """
+    Make kernel_configs.BLAS_LIBRARY PyTorch's BLAS library inside (half precision on CUDA).
+
+    PyTorch's choice is process-wide: it is restored on leaving, and the engine holds its lock
+    while inside, so only the engine's own GEMMs (and graphs captured there) use it. float32
+    and CPU work keep PyTorch's default.
+    """
+    library = kernel_configs.BLAS_LIBRARY
+    if not library or device.type != 'cuda' or dtype == torch.float32:
+        yield
+        return
+    previous = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(previous)
 
 
 def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:

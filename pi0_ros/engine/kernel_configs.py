@@ -18,6 +18,13 @@ PDL = True
 # but 15.22 -> 15.43 ms at batch 8 (408-row launches), so batch 1's 51 rows only.
 PREFETCH_WEIGHTS_MAX_ROWS = 64
 
+# PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
+# projections), set only while the engine captures or runs its stages (gemm.preferred_blas);
+# None = PyTorch's default (cuBLAS). H200 (session 8, engine_ab, same process): cuBLASLt at
+# batch 1 15.43 -> 15.25 and 15.39 -> 15.25 ms (prefix -0.11 to -0.13 ms), batch 8 unchanged,
+# no more memory.
+BLAS_LIBRARY = 'cublaslt'
+
 # The action side's float32 projections (action-time MLP, output head) as one skinny-kernel
 # launch each (float32 accuracy from three TF32 products; bias, SiLU, the write into the
 # residual stream and the Euler update in the epilogue) instead of cuBLAS + elementwise

@@ -182,6 +182,19 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
     return angle.cos().to(device), angle.sin().to(device)
 
 
+def random_expert_layers(dims: ModelDims, depth: int, generator: torch.Generator,
+                         dtype: torch.dtype = torch.bfloat16) -> list:
+    """Return depth GemmaLayers of random expert-shaped weights (1/sqrt(fan-in) scale)."""
+    def weight(n_out, n_in):
+        return (torch.randn(n_out, n_in, device=generator.device, generator=generator)
+                * n_in ** -0.5).to(dtype)
+
+    width, heads, dim, mlp = (dims.expert_width, dims.expert_heads, dims.head_dim,
+                              dims.expert_mlp_dim)
+    return [GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
+                       weight(2 * mlp, width), weight(width, mlp)) for _ in range(depth)]
+
+
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
                   prefix_length: int, expert_fp8: bool = False,
                   prefix_fp8: bool = False, prefix_fp8_layers=()) -> Pi0Weights:
