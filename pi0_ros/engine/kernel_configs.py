@@ -20,9 +20,9 @@ PREFETCH_WEIGHTS_MAX_ROWS = 64
 
 # PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
 # projections), set only while the engine captures or runs its stages (gemm.preferred_blas);
-# None = PyTorch's default (cuBLAS). H200 (session 8, engine_ab, same process): cuBLASLt at
-# batch 1 15.43 -> 15.25 and 15.39 -> 15.25 ms (prefix -0.11 to -0.13 ms), batch 8 unchanged,
-# no more memory.
+# None = PyTorch's default (cuBLAS). H200 (engine_ab, same process): cuBLASLt at batch 1
+# 15.43 -> 15.25 and 15.39 -> 15.25 ms in session 8, 15.00 -> 14.96 in session 9 (prefix -0.05
+# to -0.13 ms), batch 8 within noise (prefix -0.12 ms in session 9), no more memory.
 BLAS_LIBRARY = 'cublaslt'
 
 # The action side's float32 projections (action-time MLP, output head) as one skinny-kernel
