@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 import platform
 import sys
+import threading
 import time
 
 import numpy as np
@@ -104,6 +105,68 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class GpuSampler:
+    """
+    Samples the GPU's power, SM clock and power-cap state through NVML while timing runs.
+
+    A context manager: a thread reads every period_s inside it; summary() reduces the samples
+    (None without samples, e.g. on the CPU or without NVML). read() -> (watts, MHz, capped)
+    replaces NVML in tests. Compute-bound batches can run at the power limit, with lower clocks
+    when calls run back to back (benchmarks/README.md, session 9). NVML's power is the average
+    of the last second on Ampere and newer GPUs: loops of a few seconds or less read it low.
+    """
+
+    def __init__(self, device: torch.device, period_s: float = 0.1, read=None):
+        self._period = period_s
+        self._read = read
+        self.power_limit_w = None
+        if read is None and device.type == 'cuda':
+            try:
+                import pynvml
+                pynvml.nvmlInit()
+                handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+                self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3
+                self._read = lambda: (
+                    pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                    bool(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+                         & pynvml.nvmlClocksEventReasonSwPowerCap))
+            except Exception as error:  # noqa: B902 - telemetry is optional in a benchmark
+                print(f'[bench] no GPU telemetry (NVML): {error}', flush=True)
+        self._samples = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self) -> 'GpuSampler':
+        if self._read is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._samples.append(self._read())
+            self._stop.wait(self._period)
+
+    def summary(self) -> 'dict | None':
+        """Return median power (W) and SM clock (MHz) and the power-capped share of samples."""
+        if not self._samples:
+            return None
+        power, clock, capped = (np.asarray(values, dtype=np.float64)
+                                for values in zip(*self._samples))
+        return {'power_w_p50': float(np.median(power)),
+                'sm_clock_mhz_p50': float(np.median(clock)),
+                'power_capped_fraction': float(capped.mean()),
+                'power_limit_w': self.power_limit_w, 'samples': len(self._samples)}
+
+
 def make_frames(args, count: int, seed: int) -> list:
     """`count` observations' worth of random uint8 frames."""
     height, width = (int(v) for v in args.frame.lower().split('x'))
@@ -118,19 +181,26 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
     rng = np.random.default_rng(batch)
     states = rng.normal(size=(4 * batch, engine.state_dim)).astype(np.float32)
     latencies, stages = [], {key: [] for key in ('preprocess', 'vision', 'prefix', 'denoise')}
-    for index in range(args.warmup_iters + iters):
+
+    def call(index):
         picks = [(index * batch + k) % len(pool) for k in range(batch)]
         start = time.perf_counter()
         if batch == 1:
             results = [engine.infer(pool[picks[0]], states[picks[0]], args.instruction)]
         else:
             results = engine.infer_batch([(pool[p], states[p], args.instruction) for p in picks])
-        elapsed = (time.perf_counter() - start) * 1e3
-        if index >= args.warmup_iters:
+        return (time.perf_counter() - start) * 1e3, results[0].timings_ms
+
+    for index in range(args.warmup_iters):
+        call(index)
+    with GpuSampler(engine.device) as sampler:  # the timed calls only
+        for index in range(args.warmup_iters, args.warmup_iters + iters):
+            elapsed, timings = call(index)
             latencies.append(elapsed)
             for key in stages:
-                stages[key].append(results[0].timings_ms[key])
+                stages[key].append(timings[key])
     summary = percentiles(latencies)
+    summary['gpu'] = sampler.summary()
     summary['chunks_per_s'] = 1e3 * batch / summary['p50']
     summary['stages_p50_ms'] = {key: float(np.median(v)) for key, v in stages.items()}
     summary['latencies_ms'] = latencies
@@ -572,8 +642,11 @@ def main(argv=None) -> int:
     for batch, data in engine['batches'].items():
         stages = '/'.join(f"{data['stages_p50_ms'][k]:.2f}" for k in
                           ('preprocess', 'vision', 'prefix', 'denoise'))
+        gpu = data.get('gpu')
+        power = (f"  {gpu['power_w_p50']:.0f} W, {gpu['sm_clock_mhz_p50']:.0f} MHz, power-capped "
+                 f"{100 * gpu['power_capped_fraction']:.0f} %" if gpu else '')
         print(f"{batch:>5} {data['p50']:8.2f} {data['p90']:8.2f} {data['p99']:8.2f} "
-              f"{data['chunks_per_s']:9.1f}  {stages}")
+              f"{data['chunks_per_s']:9.1f}  {stages}{power}")
     if 'frames_ahead' in engine:
         ahead = engine['frames_ahead']
         print(f"batch 1, frames encoded as they arrive: one camera encoded ahead "

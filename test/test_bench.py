@@ -1,0 +1,54 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The benchmark tool on the CPU: its report and the GPU telemetry sampler."""
+import json
+import threading
+import time
+
+import numpy as np
+import torch
+
+from pi0_ros.bench import GpuSampler, main
+
+
+def test_gpu_sampler_reads_on_a_thread_while_inside_and_summarizes():
+    readings = [(600.0, 1700, True), (690.0, 1600, True), (300.0, 1980, False)] * 1000
+    threads = []
+
+    def read():
+        threads.append(threading.get_ident())
+        return readings[len(threads) - 1]
+
+    sampler = GpuSampler(torch.device('cuda'), period_s=0.001, read=read)
+    assert sampler.summary() is None
+    with sampler:
+        deadline = time.monotonic() + 10.0
+        while len(threads) < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    count = len(threads)
+    assert count >= 3 and threading.get_ident() not in threads
+    time.sleep(0.01)
+    assert len(threads) == count  # nothing read after leaving
+    taken = np.array(readings[:count], dtype=np.float64)
+    assert sampler.summary() == {'power_w_p50': float(np.median(taken[:, 0])),
+                                 'sm_clock_mhz_p50': float(np.median(taken[:, 1])),
+                                 'power_capped_fraction': float(taken[:, 2].mean()),
+                                 'power_limit_w': None, 'samples': count}
+
+
+def test_gpu_sampler_reports_nothing_on_the_cpu():
+    with GpuSampler(torch.device('cpu')) as sampler:
+        pass
+    assert sampler.summary() is None
+
+
+def test_bench_on_the_cpu_writes_latencies_stages_and_no_gpu_telemetry(tmp_path):
+    assert main(['--dims', 'tiny', '--device', 'cpu', '--batches', '1,2', '--iters', '3',
+                 '--skip-lerobot', '--instruction', 'grasp', '--out', str(tmp_path)]) == 0
+    report = json.loads((tmp_path / 'bench.json').read_text())
+    assert report['config']['instruction'] == 'grasp'
+    for batch in ('1', '2'):
+        result = report['engine']['batches'][batch]
+        assert len(result['latencies_ms']) == 3 and result['gpu'] is None
+        assert set(result['stages_p50_ms']) == {'preprocess', 'vision', 'prefix', 'denoise'}
+        assert result['chunks_per_s'] > 0
