@@ -385,7 +385,8 @@ class Pi0Engine:
                         self._cache_k, self._cache_v, out[:batch], steps=steps,
                         before_layer=before_layer)
 
-    def _stage_function(self, stage: str, size: int):
+    def _stage_function(self, stage: str, size):
+        # size: frames for 'vision'; (batch bucket, prefix tokens) for 'prefix' and 'denoise'.
         body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
                 'denoise': self._denoise_stage}[stage]
 
@@ -395,7 +396,7 @@ class Pi0Engine:
                 body(size)
         return run
 
-    def _run_stage(self, stage: str, size: int) -> None:
+    def _run_stage(self, stage: str, size) -> None:
         if not self._use_graphs:
             self._stage_function(stage, size)()
             return
@@ -404,7 +405,7 @@ class Pi0Engine:
             graph = self._capture(stage, size)
         graph.replay()
 
-    def _capture(self, stage: str, size: int):
+    def _capture(self, stage: str, size):
         """Warm up on a side stream, then capture one stage for one static size."""
         function = self._stage_function(stage, size)
         if self._graph_pool is None:
@@ -447,7 +448,7 @@ class Pi0Engine:
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
 
-    def _warm_stage(self, stage: str, size: int) -> None:
+    def _warm_stage(self, stage: str, size) -> None:
         if self._use_graphs:
             if (stage, size) not in self._graphs:
                 self._capture(stage, size)
