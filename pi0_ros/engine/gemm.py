@@ -208,10 +208,11 @@ def preferred_blas(device: torch.device, dtype: torch.dtype):
 
     PyTorch's choice is process-wide: it is restored on leaving, and the engine holds its lock
     while inside, so only the engine's own GEMMs (and graphs captured there) use it. float32
-    and CPU work keep PyTorch's default.
+    and CPU work (and ROCm, where it was never measured) keep PyTorch's default.
     """
     library = kernel_configs.BLAS_LIBRARY
-    if not library or device.type != 'cuda' or dtype == torch.float32:
+    if (not library or device.type != 'cuda' or dtype == torch.float32
+            or torch.version.hip is not None):
         yield
         return
     previous = torch.backends.cuda.preferred_blas_library()
