@@ -13,6 +13,7 @@ callbacks to the dedicated thread.
 """
 import os
 import threading
+import time
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import (ConditionReachedException, ExternalShutdownException,
@@ -31,6 +32,32 @@ def make_executor(threads):
     if threads > 0:
         return MultiThreadedExecutor(num_threads=threads)
     return SingleThreadedExecutor()
+
+
+# How long an error raised by a spinning executor may precede the context's shutdown and still
+# count as part of it (see spin_until_shutdown).
+SHUTDOWN_GRACE_S = 0.5
+
+
+def spin_until_shutdown(executor):
+    """
+    Spin until Ctrl-C or the context's shutdown, both of which end it quietly.
+
+    A SIGINT or SIGTERM that arrives while the executor takes a message or is between two
+    waits can make rclpy raise RCLError or RuntimeError instead of ExternalShutdownException;
+    if the context goes down within SHUTDOWN_GRACE_S of such an error (rclpy's signal handler
+    shuts it down, at times just after), it counts as shutdown too. Any other error propagates.
+    """
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:  # noqa: B902 - re-raised unless the context is being shut down
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        while executor.context.ok():
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def set_realtime_priority(priority):

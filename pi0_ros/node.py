@@ -37,7 +37,8 @@ from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, Pl
 from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
                                  image_to_rgb, InputRejected, JointStateMapper,
                                  stamp_to_nanoseconds, stamp_to_seconds, validate_instruction)
-from pi0_ros.executors import CallbackGroupThread, make_executor, ThreadBoundCallbackGroup
+from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
+                               ThreadBoundCallbackGroup)
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
 from pi0_ros.sync import ApproximateTimeSync, JointStateBuffer
@@ -775,13 +776,12 @@ def main(args=None):
             if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
                 node.get_logger().fatal('could not activate; exiting')
                 return 1
-        executor.spin()
+        spin_until_shutdown(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as error:  # noqa: B902 - e.g. a parameter override outside its range
         if node is not None and not rclpy.ok():
-            # SIGINT/SIGTERM shut the context down while the executor was between two waits:
-            # rclpy raises RCLError ('context is not valid') instead of ExternalShutdownException.
+            # SIGINT/SIGTERM shut the context down while the node was being configured.
             pass
         else:
             print(f'[{NODE_NAME}] fatal: {type(error).__name__}: {error}', file=sys.stderr)

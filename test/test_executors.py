@@ -4,12 +4,14 @@
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import rclpy
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
-from pi0_ros.executors import CallbackGroupThread, set_realtime_priority, ThreadBoundCallbackGroup
+from pi0_ros.executors import (CallbackGroupThread, set_realtime_priority, SHUTDOWN_GRACE_S,
+                               spin_until_shutdown, ThreadBoundCallbackGroup)
 
 PERIOD = 0.01
 
@@ -180,3 +182,24 @@ def test_refused_priority_is_a_reason_not_an_exception():
     thread.start()
     thread.join()
     assert result[0].startswith('OSError')
+
+
+def test_spin_until_shutdown_ends_quietly_on_shutdown_races_only():
+    """A signal mid-take can make rclpy raise RuntimeError just before the context goes down."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=0)
+
+    def executor(error):
+        def spin():
+            raise error
+        return SimpleNamespace(context=context, spin=spin)
+
+    spin_until_shutdown(executor(KeyboardInterrupt()))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match='take'):
+        spin_until_shutdown(executor(RuntimeError('take failed')))  # the context stays up
+    assert time.monotonic() - start >= SHUTDOWN_GRACE_S
+    threading.Timer(0.05, context.shutdown).start()  # the signal's shutdown, a moment later
+    spin_until_shutdown(executor(RuntimeError('Unable to convert call argument')))
+    assert not context.ok()
+    spin_until_shutdown(executor(RuntimeError('context is not valid')))  # already down

@@ -29,6 +29,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
+from pi0_ros.executors import spin_until_shutdown  # noqa: E402
 from pi0_ros.sim.follower import (  # noqa: E402
     InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
 from pi0_ros.sim.scene import CAMERA_NAMES, HOME_POSITION, SimScene  # noqa: E402
@@ -279,9 +280,9 @@ def main(args=None):
         # executor thread costs the least CPU (rclpy's MultiThreadedExecutor dispatch is heavy).
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        executor.spin()
+        spin_until_shutdown(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        pass  # while the node was being built
     finally:
         if node is not None:
             node.destroy_node()
