@@ -152,7 +152,11 @@ class GpuSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._samples.append(self._read())
+            try:
+                self._samples.append(self._read())
+            except Exception as error:  # noqa: B902 - e.g. NVML lost: keep what was read
+                print(f'[bench] GPU telemetry stopped: {error}', flush=True)
+                return
             self._stop.wait(self._period)
 
     def summary(self) -> 'dict | None':

@@ -36,6 +36,19 @@ def test_gpu_sampler_reads_on_a_thread_while_inside_and_summarizes():
                                  'power_limit_w': None, 'samples': count}
 
 
+def test_gpu_sampler_keeps_its_samples_when_a_read_fails():
+    readings = [(500.0, 1980, False)]
+
+    def read():
+        if readings:
+            return readings.pop()
+        raise RuntimeError('NVML lost the GPU')
+
+    with GpuSampler(torch.device('cuda'), period_s=0.001, read=read) as sampler:
+        time.sleep(0.05)
+    assert sampler.summary()['samples'] == 1
+
+
 def test_gpu_sampler_reports_nothing_on_the_cpu():
     with GpuSampler(torch.device('cpu')) as sampler:
         pass
