@@ -7,9 +7,7 @@ Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down)
 204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
 kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
 the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TMA tiles):
-the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Vision: SigLIP's
-projections with their bias (and fc1's GELU) at 256, 512 and 768 rows (one to three cameras)
-against cuBLASLt with the same epilogue. Every candidate
+the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Every candidate
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
 many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
 timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
@@ -30,11 +28,6 @@ from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
           'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
 ROWS = (51, 102, 204, 408)
-# The vision tower's projections (with bias): (n_out, k, GELU, split-K allowed: partial sums
-# that add_layer_norm adds up); fc1/fc2 at the fused (padded) MLP width. 256 rows per camera.
-VISION = {'qkv': (3456, 1152, False, False), 'o': (1152, 1152, False, True),
-          'fc1': (4352, 1152, True, False), 'fc2': (1152, 4352, False, True)}
-VISION_ROWS = (256, 512, 768)
 # The GELU * up GEMM: the prefix MLP (816 rows per observation, batch 1-16), the expert's
 # gate/up at batch 8 and 16 (408, 816 rows).
 GELU_MUL_GEMM_SHAPES = {(16384, 2048): (816, 1632, 3264, 6528, 13056),
@@ -67,11 +60,11 @@ def time_graph(calls: list, repeats: int = 20, trials: int = 5) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def gemm_candidates(rows: int, gelu_mul: bool, block_ks=(64, 128, 256), splits=(1, 2, 4, 8)):
+def gemm_candidates(rows: int, gelu_mul: bool):
     """Coarse grid of skinny-GEMM configurations for one row count."""
     block_ms = (64,) if rows <= 64 else (64, 128)
     for block_m, block_n, block_k, split_k, stages in itertools.product(
-            block_ms, (32, 64, 128), block_ks, splits, (3, 4)):
+            block_ms, (32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
         if gelu_mul and split_k > 1:
             continue
         tile_bytes = (block_m + block_n * (2 if gelu_mul else 1)) * block_k * 2 * stages
@@ -109,38 +102,6 @@ def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
     print(f'{name:8s} rows {rows:3d}: cuBLAS {result["cublas_us"]:6.2f} us, best Triton '
           f'{best["us"] if best else float("nan"):6.2f} us {best["config"] if best else ""}',
           flush=True)
-    return result
-
-
-def tune_vision(name: str, rows: int, dtype=torch.bfloat16) -> dict:
-    """Time a vision projection (bias, GELU for fc1) in the skinny kernel against cuBLASLt."""
-    n_out, depth, gelu, partial = VISION[name]
-    copies = max(2, -(-L2_BYTES // (n_out * depth * 2)))
-    weights = [torch.randn(n_out, depth, dtype=dtype, device='cuda') * 0.03
-               for _ in range(copies)]
-    bias = torch.randn(n_out, dtype=dtype, device='cuda')
-    x = torch.randn(rows, depth, dtype=dtype, device='cuda')
-    product = x.float() @ weights[0].float().T + bias.float()
-    reference = F.gelu(product, approximate='tanh') if gelu else product
-
-    def cublas(weight):
-        if gelu:
-            return lambda: gemm.linear_gelu_tanh(x, weight, bias)
-        return lambda: F.linear(x, weight, bias)
-
-    with gemm.preferred_blas(x.device, dtype):  # the BLAS library the engine's stages use
-        result = {'name': f'vision_{name}', 'rows': rows, 'n_out': n_out, 'k': depth,
-                  'gelu': gelu, 'cublas_us': time_graph([cublas(w) for w in weights]),
-                  'configs': []}
-    candidates = [config for config in gemm_candidates(rows, False, block_ks=(32, 64, 128),
-                                                       splits=(1, 2, 4) if partial else (1,))
-                  if gemm.supports(rows, weights[0], config, False)]
-    best = time_candidates(result, candidates, weights, reference,
-                           lambda w, config: gemm.skinny_linear(x, w, bias=bias, gelu=gelu,
-                                                                config=config))
-    print(f'vision {name:4s} rows {rows:3d}: cuBLAS {result["cublas_us"]:6.2f} us, best '
-          f'Triton {best["us"] if best else float("nan"):6.2f} us '
-          f'{best["config"] if best else ""}', flush=True)
     return result
 
 
@@ -262,13 +223,8 @@ def tune_attention(kind: str, batch: int) -> dict:
 
 
 def best_configs(gemm_results: list, attention_results: list,
-                 gelu_mul_results: list = (), vision_results: list = ()) -> dict:
+                 gelu_mul_results: list = ()) -> dict:
     """Return kernel_configs values: per shape, rows -> config (None = cuBLAS is faster)."""
-    vision = {}
-    for result in sorted(vision_results, key=lambda r: r['rows']):
-        best = result['best']
-        choice = best['config'] if best and best['us'] < result['cublas_us'] else None
-        vision.setdefault((result['n_out'], result['k']), []).append((result['rows'], choice))
     wide = {}
     for result in sorted(gelu_mul_results, key=lambda r: r['rows']):
         best = result['best']
@@ -285,8 +241,7 @@ def best_configs(gemm_results: list, attention_results: list,
         if result['best'] is not None:
             attention_configs.setdefault(result['kind'], []).append(
                 (result['batch'], result['best']['config']))
-    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs, 'GELU_MUL_GEMM': wide,
-            'VISION_LINEAR': vision}
+    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs, 'GELU_MUL_GEMM': wide}
 
 
 def apply(configs: dict) -> None:
@@ -301,10 +256,6 @@ def apply(configs: dict) -> None:
         kernel_configs.SKINNY_LINEAR[key] = sorted(merged.items())
     if configs.get('GELU_MUL_GEMM'):
         kernel_configs.GELU_MUL_GEMM = configs['GELU_MUL_GEMM']
-    for key, table in configs.get('VISION_LINEAR', {}).items():
-        merged = dict(kernel_configs.VISION_LINEAR.get(key, ()))
-        merged.update(dict(table))
-        kernel_configs.VISION_LINEAR[key] = sorted(merged.items())
     for kind, table in configs['ATTENTION'].items():  # measured batches replace committed ones
         merged = dict(kernel_configs.ATTENTION[kind])
         merged.update(dict(table))
@@ -319,8 +270,6 @@ def load_best(path: str) -> dict:
                               for key, table in best['SKINNY_LINEAR']},
             'GELU_MUL_GEMM': {tuple(key): [tuple(entry) for entry in table]
                               for key, table in best.get('GELU_MUL_GEMM', [])},
-            'VISION_LINEAR': {tuple(key): [tuple(entry) for entry in table]
-                              for key, table in best.get('VISION_LINEAR', [])},
             'ATTENTION': {kind: [tuple(entry) for entry in table]
                           for kind, table in best['ATTENTION'].items()}}
 
@@ -329,8 +278,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
     parser.add_argument('--apply-best', action='store_true')
-    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention', 'vision'),
-                        default=None,
+    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention'), default=None,
                         help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
                         help="comma-separated batches of the suffix attention to tune ('': "
@@ -356,20 +304,16 @@ def main(argv=None):
     attention_results = ([tune_attention(kind, batch) for kind, batches in
                           attention_batches.items() for batch in batches]
                          if wanted('attention') else [])
-    vision_results = ([tune_vision(name, rows) for name in VISION for rows in VISION_ROWS]
-                      if wanted('vision') else [])
-    configs = best_configs(gemm_results, attention_results, gelu_mul_results, vision_results)
+    configs = best_configs(gemm_results, attention_results, gelu_mul_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:
         json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
                    'gemm': gemm_results, 'attention': attention_results,
-                   'gelu_mul_gemm': gelu_mul_results, 'vision': vision_results,
+                   'gelu_mul_gemm': gelu_mul_results,
                    'best': {'SKINNY_LINEAR': [[list(key), value] for key, value in
                                               configs['SKINNY_LINEAR'].items()],
                             'GELU_MUL_GEMM': [[list(key), value] for key, value in
                                               configs['GELU_MUL_GEMM'].items()],
-                            'VISION_LINEAR': [[list(key), value] for key, value in
-                                              configs['VISION_LINEAR'].items()],
                             'ATTENTION': configs['ATTENTION']}}, stream, indent=1)
     if args.apply_best:
         apply(configs)

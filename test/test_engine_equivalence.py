@@ -1,8 +1,6 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Pi0Engine against LeRobot 0.6.1's real PI0Policy (shrunk dims, same checkpoint, same noise)."""
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -13,9 +11,7 @@ from pi0_ros.engine.lerobot_reference import (build_lerobot_policy, lerobot_batc
                                               save_lerobot_checkpoint)
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
 
-# A vision MLP width that is not a multiple of model.VISION_MLP_MULTIPLE: the engine pads it
-# (as SigLIP So400m's 4304), and the comparison shows the padding changes nothing.
-DIMS = dataclasses.replace(ModelDims.tiny(), vision_mlp_dim=72)
+DIMS = ModelDims.tiny()
 STATE_DIM = 7
 ACTION_DIM = 6
 CAMERAS = 3

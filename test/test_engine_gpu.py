@@ -232,7 +232,7 @@ def test_matches_lerobot_on_gpu(precision):
 
 
 def test_linear_gelu_epilogue_is_the_tanh_gelu():
-    from pi0_ros.engine.gemm import linear_gelu_tanh
+    from pi0_ros.engine.model import linear_gelu_tanh
     torch.backends.cuda.matmul.allow_tf32 = False
     generator = torch.Generator(device='cuda').manual_seed(0)
     x = torch.randn(300, 96, device='cuda', generator=generator)

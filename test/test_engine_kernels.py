@@ -25,8 +25,7 @@ skinny_linear = gemm.skinny_linear
 
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
-@pytest.mark.parametrize('check', ['skinny_linear', 'vision_linear',
-                                   'gelu_mul_gemm', 'action_linear',
+@pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'resize_frames', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path',

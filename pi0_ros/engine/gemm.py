@@ -39,7 +39,7 @@ if triton is not None:
     def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
                               k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               rows_per_group, stride_xg, stride_og, accumulate_scale,
-                              GELU_MUL: tl.constexpr, GELU: tl.constexpr, SILU: tl.constexpr,
+                              GELU_MUL: tl.constexpr, SILU: tl.constexpr,
                               HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
                               PARTIAL: tl.constexpr, ACCUMULATE: tl.constexpr,
                               FLOAT32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -84,13 +84,10 @@ if triton is not None:
             acc *= tl.load(w_scale_ptr + cols)[None, :]
             if GELU_MUL:
                 acc_up *= tl.load(w_scale_ptr + up_offset + cols)[None, :]
-        if HAS_BIAS:  # split-K: added once, to the first split's partial sum
-            bias = tl.load(bias_ptr + cols)[None, :].to(tl.float32)
-            acc += bias if not PARTIAL else bias * (split == 0).to(tl.float32)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
         if GELU_MUL:
             acc = gelu_tanh(acc) * acc_up
-        if GELU:
-            acc = gelu_tanh(acc)
         if SILU:
             acc = acc * tl.sigmoid(acc)
         out_rows = group * stride_og + member * stride_om
@@ -227,23 +224,22 @@ def preferred_blas(device: torch.device, dtype: torch.dtype):
 
 
 def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Tell whether the skinny kernel can run: half precision on CUDA, tileable shape."""
+    """Tell whether the skinny kernel runs: half precision on CUDA, few rows, tileable shape."""
     return (kernels.use_triton(x) and x.dtype in (torch.float16, torch.bfloat16)
+            and x.shape[0] <= kernel_configs.SKINNY_LINEAR_MAX_ROWS
             and weight.shape[1] % 16 == 0 and weight.shape[0] % 32 == 0)
 
 
 def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
-                  gelu_mul: bool = False, gelu: bool = False, silu: bool = False,
-                  config: SkinnyConfig = None, out: torch.Tensor = None,
-                  accumulate_scale: float = None) -> torch.Tensor:
+                  gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
+                  out: torch.Tensor = None, accumulate_scale: float = None) -> torch.Tensor:
     """
     Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
     Returns [M,N] in x.dtype, or float32 partial sums [split_k, M, N] when the configuration
     splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
-    weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; gelu
-    applies gelu_tanh and silu x * sigmoid(x) to the result. With split_k > 1 the bias is
-    added to the first partial sum. float32 inputs multiply at float32 accuracy (three
+    weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; silu
+    applies x * sigmoid(x) to the result. float32 inputs multiply at float32 accuracy (three
     TF32 products each). weight may be an Fp8Weight (weight-only FP8: widened in registers,
     scaled per channel). x may also be a [B,R,K] view with any batch stride; out, if given
     ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
@@ -257,9 +253,9 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     config = config or config_for(rows, weight, gelu_mul) \
         or heuristic_config(rows, n_out, depth, gelu_mul)
     if not supports(rows, weight, config, gelu_mul) or (
-            config.split_k > 1 and (gelu or silu or out is not None)):
+            config.split_k > 1 and (bias is not None or silu or out is not None)):
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
-                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; gelu, silu and '
+                         f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; bias, silu and '
                          'out need split_k 1)')
     partial = config.split_k > 1
     if partial:
@@ -287,8 +283,8 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         n_out if partial else out3.stride(1), rows * n_out, per_group, x3.stride(0),
         per_group * n_out if partial else out3.stride(0),
         0.0 if accumulate_scale is None else float(accumulate_scale),
-        GELU_MUL=gelu_mul, GELU=gelu, SILU=silu, HAS_BIAS=bias is not None,
-        W_SCALE=scale is not None, PARTIAL=partial, ACCUMULATE=accumulate_scale is not None,
+        GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
+        PARTIAL=partial, ACCUMULATE=accumulate_scale is not None,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
@@ -296,49 +292,6 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
         num_stages=config.num_stages, launch_pdl=pdl)
     return out
-
-
-def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """
-    Return gelu_tanh(x @ weight^T + bias) for x [M, K].
-
-    On CUDA one cuBLASLt call with the bias + GELU epilogue (cuBLASLt's GELU is the tanh
-    approximation SigLIP uses); PyTorch's CPU version of that call uses the erf form, so the CPU
-    runs the two steps.
-    """
-    if x.is_cuda:
-        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
-    return F.gelu(F.linear(x, weight, bias), approximate='tanh')
-
-
-def vision_config(rows: int, weight: torch.Tensor) -> 'SkinnyConfig | None':
-    """
-    Return the skinny kernel's measured configuration for a SigLIP projection, else None.
-
-    From kernel_configs.VISION_LINEAR; None (cuBLAS) where it was slower, for row counts past
-    its last entry and for shapes it does not list.
-    """
-    for max_rows, values in kernel_configs.VISION_LINEAR.get(tuple(weight.shape), ()):
-        if rows <= max_rows:
-            return None if values is None else SkinnyConfig(**values)
-    return None
-
-
-def vision_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
-                  gelu: bool = False, partial: bool = False) -> torch.Tensor:
-    """
-    Return x [M,K] @ weight^T + bias (gelu_tanh of it with gelu) for the vision tower.
-
-    The skinny kernel where kernel_configs.VISION_LINEAR measured it faster than cuBLAS (a few
-    hundred rows: one or a few cameras), else cuBLAS(Lt) with the bias (and GELU) epilogue.
-    With partial, the result may be float32 partial sums [S, M, N] (for add_layer_norm).
-    """
-    config = vision_config(x.shape[0], weight) if use_skinny(x, weight) else None
-    if (config is not None and (partial or config.split_k == 1)
-            and not (gelu and config.split_k > 1)
-            and supports(x.shape[0], weight, config, gelu_mul=False)):
-        return skinny_linear(x, weight, bias=bias, gelu=gelu, config=config)
-    return linear_gelu_tanh(x, weight, bias) if gelu else F.linear(x, weight, bias)
 
 
 def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:
@@ -479,7 +432,7 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
     (see skinny_linear); consumers accept both.
     """
     fp8 = isinstance(weight, Fp8Weight)
-    if x.shape[0] <= kernel_configs.SKINNY_LINEAR_MAX_ROWS and use_skinny(x, weight):
+    if use_skinny(x, weight):
         config = config_for(x.shape[0], weight, gelu_mul)
         if config is None and fp8:  # cuBLAS has no weight-only FP8: the kernel still runs
             n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]

@@ -69,12 +69,6 @@ SKINNY_LINEAR = {
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 
-# The vision tower's projections (SigLIP: qkv, o, fc1 + GELU, fc2; bias in the epilogue) in the
-# skinny kernel: weight shape (n_out, k) -> [(max_rows, config or None), ...] as SKINNY_LINEAR
-# (256 rows per camera); None, a shape not listed or rows beyond the last entry = cuBLAS(Lt).
-# Split-K is used only for o and fc2, whose partial sums add_layer_norm adds up.
-VISION_LINEAR = {}
-
 # The GELU * up pass over a [rows, 2F] gate/up product (kernels.gelu_mul, where cuBLAS computed
 # gate/up: the prefix MLP, the expert at large batches): columns per program and warps. H200
 # (session 8, engine_ab at batch 8): 2048 x 4 warps and 4096 x 8 within noise of these.

@@ -22,7 +22,7 @@ from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.config import EngineOptions, ModelDims
 from pi0_ros.engine.engine import batch_buckets, device_buffer_shapes
 from pi0_ros.engine.errors import EngineError
-from pi0_ros.engine.model import build_weights, lerobot_parameter_shapes, vision_mlp_width
+from pi0_ros.engine.model import build_weights, lerobot_parameter_shapes
 
 GIB = 2 ** 30
 # cuBLAS / cuBLASLt workspaces, which PyTorch allocates through its caching allocator, one per
@@ -115,7 +115,7 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
     # residual stream and the normalized copy live throughout; per layer QKV, the attention
     # output and its token-major copy, then fc1 + GELU (one cuBLASLt call) and fc2.
     tokens = batch * num_cameras * d.tokens_per_image
-    w, m = d.vision_width, vision_mlp_width(d)
+    w, m = d.vision_width, d.vision_mlp_dim
     # the patches and their embedding (half), + positions (float32)
     embed = tokens * (3 * d.patch_size ** 2 * half + w * (half + f32))
     layer = tokens * half * (w + max(5 * w, m + w))  # the last fc2 output + the largest step

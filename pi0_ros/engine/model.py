@@ -95,8 +95,6 @@ VISION_PREFIX = 'paligemma_with_expert.paligemma.model.vision_tower.vision_model
 PROJECTOR_PREFIX = 'paligemma_with_expert.paligemma.model.multi_modal_projector.linear.'
 LANGUAGE_PREFIX = 'paligemma_with_expert.paligemma.model.language_model.'
 EXPERT_PREFIX = 'paligemma_with_expert.gemma_expert.model.'
-# The fused vision MLP's hidden width is padded to a multiple of this (whole GEMM tiles).
-VISION_MLP_MULTIPLE = 64
 
 
 def lerobot_parameter_shapes(dims: ModelDims) -> dict:
@@ -197,11 +195,6 @@ def random_expert_layers(dims: ModelDims, depth: int, generator: torch.Generator
                        weight(2 * mlp, width), weight(width, mlp)) for _ in range(depth)]
 
 
-def vision_mlp_width(dims: ModelDims) -> int:
-    """Width of the fused vision MLP: the model's, rounded up to VISION_MLP_MULTIPLE."""
-    return -(-dims.vision_mlp_dim // VISION_MLP_MULTIPLE) * VISION_MLP_MULTIPLE
-
-
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
                   prefix_length: int, expert_fp8: bool = False,
                   prefix_fp8: bool = False, prefix_fp8_layers=()) -> Pi0Weights:
@@ -236,17 +229,12 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
         qkv_b = torch.cat([g(f'{p}self_attn.{n}_proj.bias') for n in 'qkv'])
         ln2_w, ln2_b = g(p + 'layer_norm2.weight'), g(p + 'layer_norm2.bias')
         fc1_w, fc1_b = g(p + 'mlp.fc1.weight'), g(p + 'mlp.fc1.bias')
-        # Hidden units padded with zeros (weights, bias and fc2 columns: GELU(0) * 0 adds
-        # nothing) so that the width tiles evenly (4304 -> 4352 in SigLIP So400m).
-        pad = vision_mlp_width(d) - d.vision_mlp_dim
         vision_layers.append(VisionLayer(
             qkv_w=cast(qkv_w * ln1_w[None, :]), qkv_b=cast(qkv_b + qkv_w @ ln1_b),
             out_w=cast(g(p + 'self_attn.out_proj.weight')),
             out_b=cast(g(p + 'self_attn.out_proj.bias')),
-            fc1_w=cast(F.pad(fc1_w * ln2_w[None, :], (0, 0, 0, pad))),
-            fc1_b=cast(F.pad(fc1_b + fc1_w @ ln2_b, (0, pad))),
-            fc2_w=cast(F.pad(g(p + 'mlp.fc2.weight'), (0, pad))),
-            fc2_b=cast(g(p + 'mlp.fc2.bias'))))
+            fc1_w=cast(fc1_w * ln2_w[None, :]), fc1_b=cast(fc1_b + fc1_w @ ln2_b),
+            fc2_w=cast(g(p + 'mlp.fc2.weight')), fc2_b=cast(g(p + 'mlp.fc2.bias'))))
     post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
     proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
 
@@ -316,6 +304,19 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
         rope_cos=rope_cos, rope_sin=rope_sin)
 
 
+def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """
+    Return gelu_tanh(x @ weight^T + bias) for x [M, K].
+
+    On CUDA one cuBLASLt call with the bias + GELU epilogue (cuBLASLt's GELU is the tanh
+    approximation SigLIP uses); PyTorch's CPU version of that call uses the erf form, so the CPU
+    runs the two steps.
+    """
+    if x.is_cuda:
+        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
+    return F.gelu(F.linear(x, weight, bias), approximate='tanh')
+
+
 def embed_patches(pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                   positions: torch.Tensor, patch: int) -> torch.Tensor:
     """
@@ -336,12 +337,7 @@ def embed_patches(pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
                    out: torch.Tensor) -> None:
-    """
-    Run SigLIP + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,width].
-
-    Projections through gemm.vision_linear (the skinny kernel where measured faster; o and fc2
-    may hand float32 partial sums to the next add_layer_norm).
-    """
+    """Run SigLIP + projector: pixels [k,3,S,S] float32 in [-1,1] -> out [k,N,width]."""
     dtype = w.patch_w.dtype
     k = pixels.shape[0]
     width, heads = dims.vision_width, dims.vision_heads
@@ -353,17 +349,15 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     for layer in w.vision_layers:
         kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
         del pending
-        qkv = gemm.vision_linear(normed, layer.qkv_w, layer.qkv_b)
-        qkv = qkv.view(k, n, 3, heads, width // heads)
+        qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
         q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
         del qkv, q, key, val
-        projected = gemm.vision_linear(a, layer.out_w, layer.out_b, partial=True)
+        kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
+                               dims.layer_norm_eps)
         del a
-        kernels.add_layer_norm(stream, projected, normed, dims.layer_norm_eps)
-        del projected
-        hidden = gemm.vision_linear(normed, layer.fc1_w, layer.fc1_b, gelu=True)
-        pending = gemm.vision_linear(hidden, layer.fc2_w, layer.fc2_b, partial=True)
+        hidden = linear_gelu_tanh(normed, layer.fc1_w, layer.fc1_b)
+        pending = F.linear(hidden, layer.fc2_w, layer.fc2_b)
         del hidden
     kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
     out.copy_(F.linear(normed, w.projector_w, w.projector_b).view(k, n, -1))
