@@ -183,28 +183,6 @@ def test_pipelined_upload_equals_one_upload():
         np.testing.assert_allclose(a.actions, b.actions, rtol=1e-4, atol=1e-4)
 
 
-def test_pinned_upload_equals_upload_from_the_arrays():
-    """Frames staged in pinned memory and uploaded by DMA give the same actions in every call."""
-    engines = {flag: make_engine(precision='bf16', max_batch=2, pinned_upload=flag)
-               for flag in (True, False)}
-    assert engines[True]._host_frames.is_pinned() and engines[False]._host_frames is None
-    for seed in (20, 21, 22):  # the staging buffer is rewritten by every call
-        (frames, state, noise), other = observation(seed), observation(seed + 100, (720, 1280, 3))
-        frames = [frames[0][:, ::-1], frames[1], frames[2]]  # a non-contiguous view too
-        batch = [(frames, state, 'grasp', None, noise), (other[0], other[1], 'grasp', None,
-                                                         other[2])]
-        results = {flag: engine.infer_batch(batch) for flag, engine in engines.items()}
-        for staged, direct in zip(results[True], results[False]):
-            np.testing.assert_array_equal(staged.actions, direct.actions)
-    frames, state, noise = observation(30)  # frames encoded ahead take the same path
-    ahead = {}
-    for flag, engine in engines.items():
-        engine.encode_frames({0: frames[0], 1: frames[1]}, {0: 'a', 1: 'b'})
-        ahead[flag] = engine.infer(frames, state, 'grasp', noise=noise,
-                                   frame_keys=['a', 'b', None]).actions
-    np.testing.assert_array_equal(ahead[True], ahead[False])
-
-
 def test_warmup_and_infer_on_a_worker_thread():
     """The node captures and replays graphs on its one worker thread."""
     pi0 = make_engine(precision='bf16')

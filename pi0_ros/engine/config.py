@@ -117,10 +117,6 @@ class EngineOptions:
     # With many frames to encode (several observations, CUDA): upload and encode a first
     # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.
     pipelined_upload: bool = True
-    # On CUDA: copy each frame into pinned host memory first (PyTorch's CPU copy, on its
-    # intra-op threads) and upload it from there by DMA, instead of a copy straight from the
-    # array (which the driver stages through its own buffer on the calling thread).
-    pinned_upload: bool = True
     # Run the first denoising step inside the prefix stage: on CUDA on a second stream, each
     # expert layer starting as soon as the prefix has written that layer's K/V, so the
     # latency-bound step overlaps the compute-bound prefix (elsewhere after the prefix). The

@@ -253,12 +253,6 @@ class Pi0Engine:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
-        # Pinned staging of the frames (EngineOptions.pinned_upload), and an event after the
-        # last upload from it: a call rewrites it only once the GPU has read it.
-        staged = pin and o.pinned_upload
-        self._host_frames = (torch.empty(self._device_frames.shape, dtype=torch.uint8,
-                                         pin_memory=True) if staged else None)
-        self._staging_read = torch.cuda.Event() if staged else None
         # The first denoising step's stream and its per-layer waits on the prefix (a
         # high-priority stream: its short kernels go before queued prefix blocks).
         self._overlap_stream = (torch.cuda.Stream(device=dev, priority=-1)
@@ -312,13 +306,11 @@ class Pi0Engine:
         """
         Copy pending frames start..stop-1 from their numpy arrays into the device frames.
 
-        With pinned_upload (CUDA), each frame is copied into the pinned staging buffer by
-        PyTorch's multi-threaded CPU copy and uploaded from there by DMA while the next frame
-        is copied (benchmarks/h200_session10/call2_upload_micro.json: 24 frames in 0.47 +
-        0.43 ms against 1.53 ms straight from the arrays); else straight from the arrays
-        (pageable memory: the driver stages the bytes on this thread). Either way the arrays
-        are read when this returns. Pipelined, the uploads run on a copy stream that the
-        compute stream then waits for, so they overlap the vision encoder of earlier frames.
+        Straight from the arrays (pageable memory; CUDA stages the bytes, and each copy has
+        read its array when it returns): measured faster on the H200 host than a copy into
+        pinned memory first, on one thread or several (benchmarks/h200_session4/upload_ab.json).
+        Pipelined, the copies run on a copy stream that the compute stream then waits for, so
+        they overlap the vision encoder of earlier frames.
         """
         compute = torch.cuda.current_stream(self.device) if self._is_cuda else None
         pipelined = pipelined and self._is_cuda
@@ -331,19 +323,10 @@ class Pi0Engine:
                 warnings.catch_warnings():
             # Frames decoded from ROS messages are read-only views; they are only read here.
             warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
-            staging = self._host_frames
-            if staging is not None and start == 0:
-                self._staging_read.synchronize()  # the last call's uploads have read it
             for index in range(start, stop):
-                frame = torch.from_numpy(np.ascontiguousarray(pending[index][3])).view(-1)
-                target = self._device_frames[index, :frame.numel()]
-                if staging is None:
-                    target.copy_(frame, non_blocking=self._is_cuda)
-                else:
-                    staging[index, :frame.numel()].copy_(frame)
-                    target.copy_(staging[index, :frame.numel()], non_blocking=True)
-            if staging is not None:
-                self._staging_read.record()
+                frame = np.ascontiguousarray(pending[index][3])
+                self._device_frames[index, :frame.size].copy_(
+                    torch.from_numpy(frame).view(-1), non_blocking=self._is_cuda)
         if pipelined:
             compute.wait_stream(self._copy_stream)
 
