@@ -12,7 +12,7 @@ alternating, with the same new frames: process-to-process drift (0.5-1 ms at bat
 processes of the same code) cancels out.
 Usage: python benchmarks/engine_ab.py [--tuned kernel_tuning.json ...]
            [--b-option overlap_first_step=0 ...] [--b-config PREFETCH_WEIGHTS_MAX_ROWS=0 ...]
-           --batches 1,2 --iters 200 --json ab.json
+           [--frame-pool 8] [--frames-ahead] --batches 1,2 --iters 200 --json ab.json
 """
 import argparse
 import json
