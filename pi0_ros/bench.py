@@ -110,15 +110,19 @@ class GpuSampler:
     Samples the GPU's power, SM clock and power-cap state through NVML while timing runs.
 
     A context manager: a thread reads every period_s inside it; summary() reduces the samples
-    (None without samples, e.g. on the CPU or without NVML). read() -> (watts, MHz, capped)
-    replaces NVML in tests. Compute-bound batches can run at the power limit, with lower clocks
-    when calls run back to back (benchmarks/README.md, session 9). NVML's power is the average
-    of the last second on Ampere and newer GPUs: loops of a few seconds or less read it low.
+    (None without samples, e.g. on the CPU or without NVML) and gives the energy the GPU used
+    inside (NVML's energy counter, read on entering and leaving: exact where the sampled power
+    is not). read() -> (watts, MHz, capped) and energy() -> cumulative millijoules replace NVML
+    in tests. Compute-bound batches can run at the power limit, with lower clocks when calls
+    run back to back (benchmarks/README.md, session 9). NVML's power is the average of the last
+    second on Ampere and newer GPUs: loops of a few seconds or less read it low.
     """
 
-    def __init__(self, device: torch.device, period_s: float = 0.1, read=None):
+    def __init__(self, device: torch.device, period_s: float = 0.1, read=None, energy=None):
         self._period = period_s
         self._read = read
+        self._energy = energy
+        self._energy_mj = [None, None]  # counter on entering, on leaving
         self.power_limit_w = None
         if read is None and device.type == 'cuda':
             try:
@@ -131,13 +135,21 @@ class GpuSampler:
                     pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                     bool(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
                          & pynvml.nvmlClocksEventReasonSwPowerCap))
+                self._energy = lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
             except Exception as error:  # noqa: B902 - telemetry is optional in a benchmark
                 print(f'[bench] no GPU telemetry (NVML): {error}', flush=True)
         self._samples = []
         self._stop = threading.Event()
         self._thread = None
 
+    def _read_energy(self):
+        try:
+            return None if self._energy is None else float(self._energy())
+        except Exception:  # noqa: B902 - e.g. a GPU without the counter: no energy figure
+            return None
+
     def __enter__(self) -> 'GpuSampler':
+        self._energy_mj = [self._read_energy(), None]
         if self._read is not None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, daemon=True)
@@ -145,6 +157,7 @@ class GpuSampler:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._energy_mj[1] = self._read_energy()
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
@@ -160,15 +173,22 @@ class GpuSampler:
             self._stop.wait(self._period)
 
     def summary(self) -> 'dict | None':
-        """Return median power (W) and SM clock (MHz) and the power-capped share of samples."""
+        """
+        Return median power (W) and SM clock (MHz), the power-capped share, the energy used.
+
+        energy_j is the energy counter's difference between entering and leaving (None where
+        it was not read).
+        """
         if not self._samples:
             return None
         power, clock, capped = (np.asarray(values, dtype=np.float64)
                                 for values in zip(*self._samples))
+        start, stop = self._energy_mj
         return {'power_w_p50': float(np.median(power)),
                 'sm_clock_mhz_p50': float(np.median(clock)),
                 'power_capped_fraction': float(capped.mean()),
-                'power_limit_w': self.power_limit_w, 'samples': len(self._samples)}
+                'power_limit_w': self.power_limit_w, 'samples': len(self._samples),
+                'energy_j': None if start is None or stop is None else (stop - start) / 1e3}
 
 
 def make_frames(args, count: int, seed: int) -> list:
@@ -205,6 +225,8 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
                 stages[key].append(timings[key])
     summary = percentiles(latencies)
     summary['gpu'] = sampler.summary()
+    if summary['gpu'] and summary['gpu']['energy_j'] is not None:
+        summary['gpu']['joules_per_chunk'] = summary['gpu']['energy_j'] / (iters * batch)
     summary['chunks_per_s'] = 1e3 * batch / summary['p50']
     summary['stages_p50_ms'] = {key: float(np.median(v)) for key, v in stages.items()}
     summary['latencies_ms'] = latencies
@@ -649,6 +671,8 @@ def main(argv=None) -> int:
         gpu = data.get('gpu')
         power = (f"  {gpu['power_w_p50']:.0f} W, {gpu['sm_clock_mhz_p50']:.0f} MHz, power-capped "
                  f"{100 * gpu['power_capped_fraction']:.0f} %" if gpu else '')
+        if gpu and gpu.get('joules_per_chunk') is not None:
+            power += f", {gpu['joules_per_chunk']:.2f} J/chunk"
         print(f"{batch:>5} {data['p50']:8.2f} {data['p90']:8.2f} {data['p99']:8.2f} "
               f"{data['chunks_per_s']:9.1f}  {stages}{power}")
     if 'frames_ahead' in engine:

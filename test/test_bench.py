@@ -33,7 +33,20 @@ def test_gpu_sampler_reads_on_a_thread_while_inside_and_summarizes():
     assert sampler.summary() == {'power_w_p50': float(np.median(taken[:, 0])),
                                  'sm_clock_mhz_p50': float(np.median(taken[:, 1])),
                                  'power_capped_fraction': float(taken[:, 2].mean()),
-                                 'power_limit_w': None, 'samples': count}
+                                 'power_limit_w': None, 'samples': count, 'energy_j': None}
+
+
+def test_gpu_sampler_reports_the_energy_used_between_entering_and_leaving():
+    counter = iter([1_000.0, 7_500.0, 99_000.0])  # millijoules since the driver loaded
+    with GpuSampler(torch.device('cuda'), period_s=0.001, read=lambda: (650.0, 1700, True),
+                    energy=lambda: next(counter)) as sampler:
+        time.sleep(0.005)
+    assert sampler.summary()['energy_j'] == 6.5
+    failing = GpuSampler(torch.device('cuda'), period_s=0.001, read=lambda: (1.0, 1, False),
+                         energy=lambda: 1 / 0)
+    with failing:  # a GPU without the counter: the other figures stay
+        time.sleep(0.005)
+    assert failing.summary()['energy_j'] is None and failing.summary()['samples'] >= 1
 
 
 def test_gpu_sampler_keeps_its_samples_when_a_read_fails():
