@@ -11,8 +11,7 @@ setup(
     python_requires='>=3.12,<3.13',
     packages=find_packages(include=['pi0_ros', 'pi0_ros.*']),
     # The simulator's MJCF model, meshes and their license.
-    package_data={'pi0_ros.sim': ['assets/*', 'assets/*/*', 'assets/*/*/*'],
-                  'pi0_ros.engine': ['*.cu']},
+    package_data={'pi0_ros.sim': ['assets/*', 'assets/*/*', 'assets/*/*/*']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/pi0_ros']),
         ('share/pi0_ros', ['package.xml']),

@@ -99,16 +99,6 @@ EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 1, 'block_n_o': 16, 'o_split': 2
                 'prefetch': True, 'num_warps': 8, 'num_stages': 3}
 
 
-# The action expert's layers at batch 1 on CUDA thread-block clusters (cluster_expert.py: six
-# kernels per layer instead of nine; the norms, RoPE and the split-K sums fused into the
-# projections), bf16 only. Tiles: blocks per cluster (K splits) and columns per cluster.
-CLUSTER_EXPERT = False
-CLUSTER_EXPERT_TILES = {'qkv_cluster': 4, 'qkv_warps': 4,
-                        'o_cluster': 8, 'o_block_n': 64, 'o_warps': 4,
-                        'gate_up_cluster': 4, 'gate_up_block_n': 128, 'gate_up_warps': 8,
-                        'down_cluster': 8, 'down_block_n': 32, 'down_warps': 2}
-
-
 def _attention(block_m, block_n, keys_per_split, num_warps, num_stages, merge_rows=1) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
             'num_warps': num_warps, 'num_stages': num_stages, 'merge_rows': merge_rows}

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import cluster_expert, expert_layer, gemm, kernel_configs, kernels
+from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import attention, key_bias
 from pi0_ros.engine.config import ModelDims
 
@@ -501,9 +501,6 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     if persistent:
         sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
         scratch = expert_layer.workspace(layers, x, dims.expert_heads, dims.head_dim, length)
-    clusters = not persistent and cluster_expert.supported(
-        layers, b * suffix, dims.expert_width, dims.expert_heads, dims.head_dim,
-        dims.expert_mlp_dim, cache_k.dtype, noise.device)
     for step in steps:
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
@@ -515,10 +512,6 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
                                       before_layer=before_layer)
             kernels.add_rms_norm(x.view(-1, dims.expert_width), None,
                                  normed.view(-1, dims.expert_width), dims.rms_norm_eps)
-        elif clusters:
-            cluster_expert.expert_stack(layers, x, dims.rms_norm_eps, dims.expert_heads,
-                                        dims.head_dim, cos, sin, cache_k, cache_v, length, bias,
-                                        length + 1, normed, before_layer=before_layer)
         else:
             _gemma_stack(layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
                          length, bias, state_keys=length + 1, final_out=normed,
