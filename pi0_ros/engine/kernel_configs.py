@@ -51,9 +51,11 @@ FP8_PREFIX_DOWN = True
 # H200, bf16, run 10 (benchmarks/h200_full/kernel_tuning.json); rows = 51 x batch. o at 51
 # rows from session 7's tuning with the weight prefetch (h200_session7/call2_gemm51.json; the
 # other three kept their configurations): denoise 6.90 -> 6.87 ms at batch 1 in
-# benchmarks/engine_ab.py (call3_ab_gemm_again.json).
+# benchmarks/engine_ab.py (call3_ab_gemm_again.json). qkv at 51 rows split 2 instead of 4 since
+# session 11 (fewer partial sums for the RoPE kernel to add up; the tuner times the GEMM alone):
+# denoise 6.20 -> 6.09 ms in two engine_ab processes (h200_session11/call6_*, call7_*).
 SKINNY_LINEAR = {
-    (2560, 1024, False): [(51, _skinny(64, 32, 64, 4, 4, 3)),                     # qkv
+    (2560, 1024, False): [(51, _skinny(64, 32, 64, 2, 4, 3)),                     # qkv
                           (102, _skinny(128, 64, 64, 2, 8, 4)), (408, None)],
     (1024, 2048, False): [(51, _skinny(64, 32, 64, 8, 4, 4)),                     # o
                           (102, _skinny(64, 64, 128, 4, 4, 4)),
