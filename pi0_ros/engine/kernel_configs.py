@@ -53,7 +53,8 @@ FP8_PREFIX_DOWN = True
 # other three kept their configurations): denoise 6.90 -> 6.87 ms at batch 1 in
 # benchmarks/engine_ab.py (call3_ab_gemm_again.json). qkv at 51 rows split 2 instead of 4 since
 # session 11 (fewer partial sums for the RoPE kernel to add up; the tuner times the GEMM alone):
-# denoise 6.20 -> 6.09 ms in two engine_ab processes (h200_session11/call6_*, call7_*).
+# denoise 6.20 -> 6.09 ms in two engine_ab processes (h200_session11/call6_*, call7_*), 6.18
+# -> 6.11 ms with the two swapped (call9_*).
 SKINNY_LINEAR = {
     (2560, 1024, False): [(51, _skinny(64, 32, 64, 2, 4, 3)),                     # qkv
                           (102, _skinny(128, 64, 64, 2, 8, 4)), (408, None)],
