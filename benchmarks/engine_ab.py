@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tune_kernels import apply, load_best  # benchmarks/, next to this script
 
-from pi0_ros.bench import apply_kernel_config, INSTRUCTION, percentiles
+from pi0_ros.bench import apply_kernel_config, encode_ahead, INSTRUCTION, percentiles
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
@@ -46,16 +46,6 @@ def call(engine: Pi0Engine, observations: list, keys=None) -> tuple:
     results = (engine.infer_batch(observations) if len(observations) > 1
                else [engine.infer(*observations[0], frame_keys=keys)])
     return (time.perf_counter() - start) * 1e3, results[0].timings_ms
-
-
-def encode_ahead(engine: Pi0Engine, frames: list, keys: list) -> list:
-    """Encode every camera but the last one ahead (Pi0Engine.encode_frames); return ms each."""
-    times = []
-    for cam in range(len(frames) - 1):
-        start = time.perf_counter()
-        engine.encode_frames({cam: frames[cam]}, {cam: keys[cam]})
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
 
 
 def main(argv=None) -> int:
@@ -127,7 +117,7 @@ def main(argv=None) -> int:
                 if ahead:  # new keys every call: the frames are encoded anew
                     frames = observations[0][0]
                     keys = [(name, index, cam) for cam in range(len(frames))]
-                    encoded = encode_ahead(engines[name], frames, keys)
+                    encoded = encode_ahead(engines[name], frames, keys, len(frames) - 1)
                     if index >= 5:
                         samples[name]['encode_ms'].extend(encoded)
                 elapsed, timings = call(engines[name], observations, keys)
