@@ -5,7 +5,7 @@ Time the Triton kernels' launch configurations at Pi0's shapes, inside CUDA grap
 
 Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down) at 51, 102,
 204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
-kernel); at 51 rows also preloaded_gemm's kernel (preload_stages > 0). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
+kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
 the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TMA tiles):
 the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Every candidate
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import attention, gemm, kernel_configs, kernels, preloaded_gemm
+from pi0_ros.engine import attention, gemm, kernel_configs, kernels
 
 EXPERT = {'qkv': (2560, 1024, False), 'o': (1024, 2048, False),
           'gate_up': (4096, 1024, True), 'down': (1024, 4096, False)}
@@ -60,8 +60,8 @@ def time_graph(calls: list, repeats: int = 20, trials: int = 5) -> float:
     return sorted(samples)[len(samples) // 2]
 
 
-def gemm_candidates(rows: int, gelu_mul: bool, depth: int = 1024):
-    """Coarse grid of skinny-GEMM configurations for one row count (K = depth)."""
+def gemm_candidates(rows: int, gelu_mul: bool):
+    """Coarse grid of skinny-GEMM configurations for one row count."""
     block_ms = (64,) if rows <= 64 else (64, 128)
     for block_m, block_n, block_k, split_k, stages in itertools.product(
             block_ms, (32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
@@ -72,13 +72,6 @@ def gemm_candidates(rows: int, gelu_mul: bool, depth: int = 1024):
             continue
         yield gemm.SkinnyConfig(block_m, block_n, block_k, split_k,
                                 8 if block_n * block_m >= 128 * 64 else 4, stages)
-    if rows <= preloaded_gemm.BLOCK_M:  # the weight slab in shared memory before the PDL wait
-        for block_n, split_k, x_stages in itertools.product((16, 32, 64), (1, 2, 4, 8, 16),
-                                                             (2, 4, 8)):
-            tiles = depth // (64 * split_k)  # stages beyond the K tiles change nothing
-            if not (gelu_mul and split_k > 1) and (x_stages <= tiles or x_stages == 2):
-                yield gemm.SkinnyConfig(preloaded_gemm.BLOCK_M, block_n, 64, split_k, 4, 3,
-                                        preload_stages=x_stages)
 
 
 def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
@@ -101,7 +94,7 @@ def tune_gemm(name: str, rows: int, dtype=torch.bfloat16) -> dict:
 
     result = {'name': name, 'rows': rows, 'n_out': n_out, 'k': depth, 'gelu_mul': gelu_mul,
               'cublas_us': time_graph([cublas(w) for w in weights]), 'configs': []}
-    candidates = [config for config in gemm_candidates(rows, gelu_mul, depth)
+    candidates = [config for config in gemm_candidates(rows, gelu_mul)
                   if gemm.supports(rows, weights[0], config, gelu_mul)]
     best = time_candidates(result, candidates, weights, reference,
                            lambda w, config: gemm.skinny_linear(x, w, gelu_mul=gelu_mul,

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model, preloaded_gemm
+from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
@@ -133,58 +133,6 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
                                                    config=config)).float()
         error = (out - expected).abs().max().item() / expected.abs().max().item()
         assert error < 1e-2, (config, error)
-
-
-def test_preloaded_kernel_takes_only_slabs_that_fit_in_shared_memory():
-    weight = torch.empty(1024, 4096)  # down: K 4096
-    gate_up = torch.empty(8192, 1024)
-    config = preloaded_gemm.PreloadConfig
-    assert preloaded_gemm.supports(51, weight, config(block_n=64, split_k=8), False)
-    assert not preloaded_gemm.supports(65, weight, config(block_n=64, split_k=8), False)
-    # a whole K of 4096 for 64 columns is 512 KB of weights
-    assert not preloaded_gemm.supports(51, weight, config(block_n=64, split_k=1), False)
-    assert preloaded_gemm.supports(51, gate_up, config(block_n=32, x_stages=4), True)
-    assert not preloaded_gemm.supports(51, gate_up, config(block_n=64), True)  # 256 KB
-    assert not preloaded_gemm.supports(51, gate_up, config(block_n=16, split_k=2), True)
-    assert not preloaded_gemm.supports(51, weight, config(block_n=48, split_k=8), False)
-    # gemm.supports applies the same limits to a configuration that asks for the kernel
-    assert not gemm.supports(51, weight, gemm.SkinnyConfig(block_n=64, block_k=64,
-                                                           preload_stages=4), False)
-    assert gemm.supports(51, weight, gemm.SkinnyConfig(block_n=64, block_k=64, split_k=8,
-                                                       preload_stages=4), False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize('pdl', [True, False])
-@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
-def test_preloaded_linear_on_the_gpu_at_full_size(n_out, depth, gelu_mul, pdl, dtype,
-                                                  monkeypatch):
-    monkeypatch.setattr(kernel_configs, 'PDL', pdl)
-    torch.manual_seed(1)
-    rows = 51
-    x = torch.randn(rows, depth, dtype=dtype, device='cuda')
-    weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=dtype,
-                         device='cuda') * 0.03
-    product = x.float() @ weight.float().T
-    expected = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
-                if gelu_mul else product)
-    tried = 0
-    for block_n in (16, 32, 64):
-        for split_k in ((1,) if gelu_mul else (1, 2, 8)):
-            for stages in (2, 4):
-                config = gemm.SkinnyConfig(64, block_n, 64, split_k, 4, 3,
-                                           preload_stages=stages)
-                if not gemm.supports(rows, weight, config, gelu_mul):
-                    continue
-                out = gemm.skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
-                assert out.shape == ((split_k, rows, n_out) if split_k > 1 else (rows, n_out))
-                assert out.dtype == (torch.float32 if split_k > 1 else dtype)
-                result = kernels.sum_parts(out).float()
-                error = (result - expected).abs().max().item() / expected.abs().max().item()
-                assert error < 1e-2, (config, error)
-                tried += 1
-    assert tried >= 3
 
 
 @pytest.mark.gpu

@@ -38,11 +38,6 @@ def check_skinny_linear():
             else:
                 assert out.shape == (split_k, rows, 96) and out.dtype == torch.float32
             close(kernels.sum_parts(out), reference, 2e-2, f'linear rows={rows} split={split_k}')
-        if rows <= 64:  # a preloaded-kernel configuration runs the Triton kernel off Hopper
-            config = gemm.SkinnyConfig(block_n=32, block_k=64, split_k=2, preload_stages=2)
-            out = gemm.skinny_linear(x, weight, config=config)
-            assert out.shape == (2, rows, 96) and out.dtype == torch.float32
-            close(kernels.sum_parts(out), reference, 2e-2, f'preload config rows={rows}')
         gate_up = (torch.randn(2 * 64, 128) * 0.1).half()
         product = x.float() @ gate_up.float().T
         expected = F.gelu(product[:, :64], approximate='tanh') * product[:, 64:]

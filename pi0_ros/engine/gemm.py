@@ -12,8 +12,7 @@ SM and launching few kernels. One Triton kernel covers the three shapes of work:
             reduction kernel, no atomics
   gelu_mul  W = [gate; up] stacked: y = gelu_tanh(x @ gate^T) * (x @ up^T), two accumulators in
             one program, so the MLP's hidden activations are written once, already activated
-Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic; a
-configuration with preload_stages runs preloaded_gemm's kernel instead where it can (Hopper).
+Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic.
 """
 import contextlib
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import kernel_configs, kernels, preloaded_gemm
+from pi0_ros.engine import kernel_configs, kernels
 from pi0_ros.engine.kernels import triton
 
 if triton is not None:
@@ -155,13 +154,7 @@ class Fp8Weight:
 
 @dataclass(frozen=True)
 class SkinnyConfig:
-    """
-    One launch configuration of the skinny GEMM.
-
-    preload_stages > 0 selects preloaded_gemm's kernel (the weight slab in shared memory before
-    the PDL wait, this many activation tiles in flight) where it runs; elsewhere the Triton
-    kernel runs with the same tiles.
-    """
+    """One launch configuration of the skinny GEMM."""
 
     block_m: int = 64
     block_n: int = 64
@@ -169,21 +162,12 @@ class SkinnyConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
-    preload_stages: int = 0
-
-    def preload(self) -> 'preloaded_gemm.PreloadConfig':
-        """Return the preloaded kernel's configuration with these tiles."""
-        return preloaded_gemm.PreloadConfig(self.block_n, self.block_k, self.split_k,
-                                            self.preload_stages)
 
 
 def supports(rows: int, weight: torch.Tensor, config: SkinnyConfig, gelu_mul: bool) -> bool:
     """Tell whether a configuration tiles this problem exactly (N and K; rows are masked)."""
     n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
     depth = weight.shape[1]
-    if config.preload_stages and not preloaded_gemm.supports(rows, weight, config.preload(),
-                                                             gelu_mul):
-        return False
     return (n_out % config.block_n == 0 and depth % (config.block_k * config.split_k) == 0
             and not (gelu_mul and config.split_k > 1) and rows >= 1)
 
@@ -273,9 +257,6 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
                          f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; bias, silu and '
                          'out need split_k 1)')
-    if (config.preload_stages and x.dim() == 2 and scale is None and bias is None and not silu
-            and out is None and accumulate_scale is None and preloaded_gemm.available(x)):
-        return preloaded_gemm.preloaded_linear(x, weight, config.preload(), gelu_mul=gelu_mul)
     partial = config.split_k > 1
     if partial:
         out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
