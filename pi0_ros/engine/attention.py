@@ -25,7 +25,7 @@ LOG2E = 1.4426950408889634
 if triton is not None:
     import triton.language as tl
 
-    from pi0_ros.engine.kernels import pdl_enter
+    from pi0_ros.engine.kernels import pdl_enter, prefetch_l2
 
     @triton.jit
     def attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
@@ -116,7 +116,20 @@ if triton is not None:
                           state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
                           stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr):
+                          BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr,
+                          PREFETCH_KEYS: tl.constexpr, LINE_ELEMENTS: tl.constexpr):
+        if PREFETCH_KEYS > 0:
+            if tl.program_id(0) == 0:
+                # Before the PDL wait, the first row block asks for its split's keys and values
+                # in L2: the prefix's cache does not change while the denoiser runs, and the
+                # suffix rows the previous kernel writes go through L2 anyway.
+                first = tl.program_id(1) * keys_per_split
+                last = tl.minimum(first + keys_per_split, n_keys) - 1
+                key = tl.minimum(first + tl.arange(0, PREFETCH_KEYS), last)
+                line = tl.arange(0, HEAD_DIM // LINE_ELEMENTS) * LINE_ELEMENTS
+                batch = tl.program_id(2)
+                prefetch_l2(k_ptr + batch * stride_kb + key[:, None] * stride_kn + line[None, :])
+                prefetch_l2(v_ptr + batch * stride_vb + key[:, None] * stride_vn + line[None, :])
         pdl_enter(USE_PDL)
         attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
                      part_l_ptr, tl.program_id(0), tl.program_id(1), tl.program_id(2),
@@ -202,14 +215,18 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
         part_o = part_m = part_l = out
     block_m = config['block_m']
     pdl = kernels.use_pdl(queries)
+    line_elements = 128 // keys.element_size()
+    prefetch = (pdl and split and batch <= kernel_configs.SUFFIX_KV_PREFETCH_MAX_BATCH
+                and head_dim % line_elements == 0)
     _attention_kernel[(triton.cdiv(n_queries, block_m), n_splits, batch)](
         queries, keys, values, bias, out, part_o, part_m, part_l, n_queries, n_keys,
         keys_per_split, scale * LOG2E, state_rows, state_keys, queries.stride(0),
         queries.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
         bias.stride(0), out.stride(0), out.stride(1), HEAD_DIM=head_dim, BLOCK_M=block_m,
         BLOCK_N=min(config['block_n'], triton.next_power_of_2(keys_per_split)), SPLIT=split,
-        USE_PDL=pdl, num_warps=config['num_warps'], num_stages=config['num_stages'],
-        launch_pdl=pdl)
+        USE_PDL=pdl, PREFETCH_KEYS=triton.next_power_of_2(keys_per_split) if prefetch else 0,
+        LINE_ELEMENTS=line_elements, num_warps=config['num_warps'],
+        num_stages=config['num_stages'], launch_pdl=pdl)
     if split:
         rows = config.get('merge_rows', 1)  # query rows per merge program
         _merge_splits_kernel[(triton.cdiv(n_queries, rows), batch)](

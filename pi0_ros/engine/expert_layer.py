@@ -47,8 +47,7 @@ if triton is not None:
     import triton.language as tl
 
     from pi0_ros.engine.attention import attend_block, merge_rows
-    from pi0_ros.engine.gemm import _prefetch_l2
-    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
+    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
 
     MAX_POLLS = tl.constexpr(1 << 22)  # ~1 s of polling: far beyond any phase
 
@@ -79,9 +78,9 @@ if triton is not None:
         # One address per 128-byte line of the slab [col0:col0+BLOCK_N, k0:k0+LINES*LINE].
         cols = (col0 + tl.arange(0, BLOCK_N)).to(tl.int64)
         lines = k0 + tl.arange(0, LINES) * LINE
-        _prefetch_l2(w_ptr + cols[:, None] * stride_w + lines[None, :])
+        prefetch_l2(w_ptr + cols[:, None] * stride_w + lines[None, :])
         if PAIRED:
-            _prefetch_l2(w_ptr + (cols[:, None] + pair_offset) * stride_w + lines[None, :])
+            prefetch_l2(w_ptr + (cols[:, None] + pair_offset) * stride_w + lines[None, :])
 
     @triton.jit
     def _rows_times_slab(a_ptr, stride_a, n_rows, w_ptr, stride_w, col0, k0, k_len,

@@ -27,13 +27,7 @@ if triton is not None:
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter
-
-    @triton.jit
-    def _prefetch_l2(ptrs):
-        """Ask for these addresses' cache lines in L2 (no registers, nothing waits on it)."""
-        tl.inline_asm_elementwise('prefetch.global.L2 [$1]; // dummy $0', '=r,l', [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
 
     @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
@@ -52,9 +46,9 @@ if triton is not None:
             # The weights do not depend on the previous kernel: start streaming this program's
             # slab into L2 while that kernel finishes, then wait for its activations.
             lines = start + tl.arange(0, PREFETCH_LINES) * LINE_ELEMENTS
-            _prefetch_l2(w_ptr + cols[:, None] * stride_wn + lines[None, :])
+            prefetch_l2(w_ptr + cols[:, None] * stride_wn + lines[None, :])
             if GELU_MUL:
-                _prefetch_l2(w_ptr + (cols[:, None] + up_offset) * stride_wn + lines[None, :])
+                prefetch_l2(w_ptr + (cols[:, None] + up_offset) * stride_wn + lines[None, :])
         pdl_enter(USE_PDL)
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         depth = start + tl.arange(0, BLOCK_K)

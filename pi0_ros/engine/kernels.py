@@ -78,6 +78,12 @@ if triton is not None:
             gdc_launch_dependents()
 
     @triton.jit
+    def prefetch_l2(ptrs):
+        """Ask for these addresses' cache lines in L2 (no registers, nothing waits on it)."""
+        tl.inline_asm_elementwise('prefetch.global.L2 [$1]; // dummy $0', '=r,l', [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
     def gelu_tanh(x):
         """Return GELU (tanh approximation) of float32 x, the tanh taken through a sigmoid."""
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
