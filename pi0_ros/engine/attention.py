@@ -25,7 +25,7 @@ LOG2E = 1.4426950408889634
 if triton is not None:
     import triton.language as tl
 
-    from pi0_ros.engine.kernels import pdl_enter, prefetch_l2, prefetch_share_l2
+    from pi0_ros.engine.kernels import pdl_enter, prefetch_l2
 
     @triton.jit
     def attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
@@ -115,12 +115,9 @@ if triton is not None:
                           part_l_ptr, n_queries, n_keys, keys_per_split, scale_log2,
                           state_rows, state_keys, stride_qb, stride_qm, stride_kb, stride_kn,
                           stride_vb, stride_vn, stride_bias_b, stride_ob, stride_om,
-                          pf0_ptr, pf0_lines, pf1_ptr, pf1_lines, pf2_ptr, pf2_lines,
                           HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, USE_PDL: tl.constexpr,
-                          PREFETCH_KEYS: tl.constexpr, LINE_ELEMENTS: tl.constexpr,
-                          PF0_LINES: tl.constexpr, PF1_LINES: tl.constexpr,
-                          PF2_LINES: tl.constexpr):
+                          PREFETCH_KEYS: tl.constexpr, LINE_ELEMENTS: tl.constexpr):
         if PREFETCH_KEYS > 0:
             if tl.program_id(0) == 0:
                 # Before the PDL wait, the first row block asks for its split's keys and values
@@ -134,17 +131,6 @@ if triton is not None:
                 prefetch_l2(k_ptr + batch * stride_kb + key[:, None] * stride_kn + line[None, :])
                 prefetch_l2(v_ptr + batch * stride_vb + key[:, None] * stride_vn + line[None, :])
         pdl_enter(USE_PDL)
-        # Weights of the next kernels (up to three tensors): after the wait (this kernel's own
-        # keys and values are in L2 by then), every program asks for its share in L2.
-        program = tl.program_id(0) + tl.num_programs(0) * (
-            tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
-        programs = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-        if PF0_LINES > 0:
-            prefetch_share_l2(pf0_ptr, pf0_lines, program, programs, LINE_ELEMENTS, PF0_LINES)
-        if PF1_LINES > 0:
-            prefetch_share_l2(pf1_ptr, pf1_lines, program, programs, LINE_ELEMENTS, PF1_LINES)
-        if PF2_LINES > 0:
-            prefetch_share_l2(pf2_ptr, pf2_lines, program, programs, LINE_ELEMENTS, PF2_LINES)
         attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
                      part_l_ptr, tl.program_id(0), tl.program_id(1), tl.program_id(2),
                      tl.num_programs(1), n_queries, n_keys, keys_per_split, scale_log2,
@@ -194,15 +180,13 @@ def use_kernel(queries: torch.Tensor) -> bool:
 
 def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
               bias: torch.Tensor, scale: float, state_rows: int = 0,
-              state_keys: int = 0, shape: str = None, prefetch: tuple = ()) -> torch.Tensor:
+              state_keys: int = 0, shape: str = None) -> torch.Tensor:
     """
     Masked attention of queries [b,M,D] over one KV head keys/values [b,L,D] (last dim dense).
 
     bias [b, L] float32 additive (0 / -inf); rows < state_rows see only keys < state_keys.
     Every row must see at least one key. shape picks the launch configuration ('suffix' or
-    'prefix'; by default by row count). prefetch: up to three contiguous tensors of
-    queries' element size that the kernel asks for in L2 while it runs (a hint: the next
-    kernels' weights; ignored off the GPU).
+    'prefix'; by default by row count).
     """
     if not use_kernel(queries):
         mask = dense_mask(bias, queries.shape[1], state_rows, state_keys, queries.dtype)
@@ -211,25 +195,10 @@ def attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         return torch.bmm(torch.softmax(scores, dim=-1), values)
     shape = shape or ('suffix' if queries.shape[1] <= 1024 else 'prefix')
     return _launch(queries, keys, values, bias, scale, state_rows, state_keys,
-                   kernel_configs.attention_config(shape, queries.shape[0]), prefetch)
+                   kernel_configs.attention_config(shape, queries.shape[0]))
 
 
-def _prefetch_args(tensors: tuple, programs: int, filler: torch.Tensor) -> tuple:
-    """Return the kernel's prefetch arguments ([tensor, lines] x 3) and lines per program."""
-    if len(tensors) > 3 or not all(t.is_contiguous() and t.element_size() == filler.element_size()
-                                   for t in tensors):
-        raise ValueError('attention: prefetch takes up to three contiguous tensors of the '
-                         "queries' element size")
-    args, per_program = [], []
-    for index in range(3):
-        tensor = tensors[index] if index < len(tensors) else None
-        lines = 0 if tensor is None else -(-tensor.numel() * tensor.element_size() // 128)
-        args += [filler if tensor is None else tensor, lines]
-        per_program.append(triton.next_power_of_2(-(-lines // programs)) if lines else 0)
-    return args, per_program
-
-
-def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config, prefetch=()):
+def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
     batch, n_queries, head_dim = queries.shape
     n_keys = keys.shape[1]
     keys_per_split = config['keys_per_split'] or n_keys
@@ -247,21 +216,16 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config, 
     block_m = config['block_m']
     pdl = kernels.use_pdl(queries)
     line_elements = 128 // keys.element_size()
-    prefetch_kv = (pdl and split and batch <= kernel_configs.SUFFIX_KV_PREFETCH_MAX_BATCH
-                   and head_dim % line_elements == 0)
-    grid = (triton.cdiv(n_queries, block_m), n_splits, batch)
-    prefetch_args, lines = _prefetch_args(tuple(prefetch) if queries.is_cuda else (),
-                                          grid[0] * grid[1] * grid[2], queries)
-    _attention_kernel[grid](
+    prefetch = (pdl and split and batch <= kernel_configs.SUFFIX_KV_PREFETCH_MAX_BATCH
+                and head_dim % line_elements == 0)
+    _attention_kernel[(triton.cdiv(n_queries, block_m), n_splits, batch)](
         queries, keys, values, bias, out, part_o, part_m, part_l, n_queries, n_keys,
         keys_per_split, scale * LOG2E, state_rows, state_keys, queries.stride(0),
         queries.stride(1), keys.stride(0), keys.stride(1), values.stride(0), values.stride(1),
-        bias.stride(0), out.stride(0), out.stride(1), *prefetch_args, HEAD_DIM=head_dim,
-        BLOCK_M=block_m,
+        bias.stride(0), out.stride(0), out.stride(1), HEAD_DIM=head_dim, BLOCK_M=block_m,
         BLOCK_N=min(config['block_n'], triton.next_power_of_2(keys_per_split)), SPLIT=split,
-        USE_PDL=pdl, PREFETCH_KEYS=triton.next_power_of_2(keys_per_split) if prefetch_kv else 0,
-        LINE_ELEMENTS=line_elements, PF0_LINES=lines[0], PF1_LINES=lines[1],
-        PF2_LINES=lines[2], num_warps=config['num_warps'],
+        USE_PDL=pdl, PREFETCH_KEYS=triton.next_power_of_2(keys_per_split) if prefetch else 0,
+        LINE_ELEMENTS=line_elements, num_warps=config['num_warps'],
         num_stages=config['num_stages'], launch_pdl=pdl)
     if split:
         rows = config.get('merge_rows', 1)  # query rows per merge program

@@ -26,12 +26,6 @@ PREFETCH_WEIGHTS_MAX_ROWS = 64
 # ahead), 13.56 -> 13.46 ms at batch 8.
 SUFFIX_KV_PREFETCH_MAX_BATCH = 8
 
-# With PDL, in launches of at most PREFETCH_WEIGHTS_MAX_ROWS rows: the attention kernel asks for
-# these weights of its layer in L2 (comma-separated GemmaLayer fields, e.g. 'gate_up_w,down_w';
-# each program its share, after its PDL wait), so the projections after it read them from L2.
-# '' = none. Not yet measured.
-ATTENTION_PREFETCHES = ''
-
 # PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
 # projections), set only while the engine captures or runs its stages (gemm.preferred_blas);
 # None = PyTorch's default (cuBLAS). H200 (engine_ab, same process): cuBLASLt at batch 1

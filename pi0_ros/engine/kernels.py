@@ -84,16 +84,6 @@ if triton is not None:
                                   dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
-    def prefetch_share_l2(ptr, n_lines, program, n_programs, LINE_ELEMENTS: tl.constexpr,
-                          LINES: tl.constexpr):
-        """Ask for program's share of the n_lines cache lines at ptr in L2 (<= LINES lines)."""
-        per_program = tl.cdiv(n_lines, n_programs)
-        index = tl.arange(0, LINES)
-        line = program * per_program + index
-        line = tl.where((index < per_program) & (line < n_lines), line, 0)
-        prefetch_l2(ptr + line.to(tl.int64) * LINE_ELEMENTS)
-
-    @triton.jit
     def gelu_tanh(x):
         """Return GELU (tanh approximation) of float32 x, the tanh taken through a sigmoid."""
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)

@@ -373,16 +373,6 @@ def _fp8_mlp(layer, x8: torch.Tensor, x_scale: torch.Tensor, dtype: torch.dtype)
                        layer.down_w)
 
 
-def _weights_to_prefetch(layer, rows: int) -> tuple:
-    """Return the weights after attention that it asks for in L2 (few rows, PDL), else ()."""
-    names = [name for name in kernel_configs.ATTENTION_PREFETCHES.split(',') if name]
-    weights = tuple(getattr(layer, name) for name in names)
-    if (weights and kernel_configs.PDL and rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS
-            and all(type(weight) is torch.Tensor for weight in weights)):
-        return weights
-    return ()
-
-
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
@@ -434,8 +424,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
         attended = attention(queries.view(b, seq * heads, hd),
                              cache_k[index, :b, 0, :start + seq],
                              cache_v[index, :b, 0, :start + seq], bias, hd ** -0.5,
-                             state_rows=heads if state_keys else 0, state_keys=state_keys,
-                             prefetch=_weights_to_prefetch(layer, rows))
+                             state_rows=heads if state_keys else 0, state_keys=state_keys)
         projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w)
         del attended
         if fp8_mlp and isinstance(layer.gate_up_w, gemm.Fp8Weight):
