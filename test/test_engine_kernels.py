@@ -71,6 +71,40 @@ def test_expert_layer_kernel_runs_only_where_switched_on_and_tileable(monkeypatc
     assert not supported()  # CPU tensors without the interpreter: PyTorch
 
 
+@pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
+def test_suffix_attention_prefetches_keys_only_for_split_launches_with_pdl(monkeypatch):
+    launches = []
+
+    class Recorder:  # stands for a Triton kernel: kernel[grid](*args, **kwargs)
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs)
+
+    monkeypatch.setattr(attention, '_attention_kernel', Recorder())
+    monkeypatch.setattr(attention, '_merge_splits_kernel', Recorder())
+    monkeypatch.setattr(attention, 'use_kernel', lambda queries: True)
+    pdl = {'on': True}
+    monkeypatch.setattr(kernels, 'use_pdl', lambda tensor: pdl['on'])
+
+    def prefetched_keys(batch=1, rows=408, shape='suffix'):
+        launches.clear()
+        queries = torch.zeros(batch, rows, 256, dtype=torch.bfloat16)
+        keys = torch.zeros(batch, 867, 256, dtype=torch.bfloat16)
+        attention.attention(queries, keys, keys, torch.zeros(batch, 867), 0.0625, shape=shape)
+        return launches[0]['PREFETCH_KEYS']
+
+    split = kernel_configs.attention_config('suffix', 1)['keys_per_split']
+    assert prefetched_keys() == split  # the committed default: batches up to 8
+    assert prefetched_keys(batch=8) > 0
+    assert prefetched_keys(rows=816 * 8, shape='prefix') == 0  # one pass over the keys
+    monkeypatch.setattr(kernel_configs, 'SUFFIX_KV_PREFETCH_MAX_BATCH', 1)
+    assert prefetched_keys(batch=8) == 0
+    monkeypatch.setattr(kernel_configs, 'SUFFIX_KV_PREFETCH_MAX_BATCH', 0)
+    assert prefetched_keys() == 0
+    monkeypatch.setattr(kernel_configs, 'SUFFIX_KV_PREFETCH_MAX_BATCH', 8)
+    pdl['on'] = False  # without PDL there is no wait to get ahead of
+    assert prefetched_keys() == 0
+
+
 def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
     from pi0_ros.bench import apply_kernel_config
 

@@ -11,7 +11,8 @@ lies before `state_keys` (the state token sees the prefix and itself, not the ac
 
 Two launch shapes (kernel_configs.ATTENTION, per batch size):
   suffix  the 408 denoising rows: keys split over programs (flash-decoding), each keeps a
-          float32 online softmax, a second kernel merges the splits
+          float32 online softmax, a second kernel merges the splits; with PDL the first row
+          block of each split asks for the split's keys and values in L2 before it waits
   prefix  thousands of rows: one pass over the keys per program, normalized output written
           directly
 """
