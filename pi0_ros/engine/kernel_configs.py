@@ -21,9 +21,9 @@ PREFETCH_WEIGHTS_MAX_ROWS = 64
 # With PDL: the split-key (suffix) attention's first row block of each split asks for that
 # split's keys and values in L2 before it waits for the previous kernel (the RoPE kernel), at
 # batches up to this (0 = never): the prefix's cache rows (most likely evicted by the weights
-# streamed since the last step; not measured directly) come from HBM while RoPE runs. H200 (session 12, engine_ab, one call, two
-# processes): denoise 6.100 -> 6.045 ms at batch 1 (6.113 -> 6.045 with the cameras encoded
-# ahead), 13.56 -> 13.46 ms at batch 8.
+# streamed since the last step; not measured directly) come from HBM while RoPE runs. H200
+# (session 12, engine_ab, one call, two processes): denoise 6.100 -> 6.045 ms at batch 1
+# (6.113 -> 6.045 with the cameras encoded ahead), 13.56 -> 13.46 ms at batch 8.
 SUFFIX_KV_PREFETCH_MAX_BATCH = 8
 
 # PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
