@@ -8,8 +8,8 @@ graphs the Triton kernels launch as programmatic dependents (PDL), so a kernel's
 critical path is the gap between the end of the kernel before it and its own end, not its
 duration. This script builds the full-size batch-1 engine (random weights), profiles a few
 calls with CUPTI (torch.profiler), and reports per kernel name: count, median duration and
-median "step" (end minus the previous kernel's end, i.e. what it adds to the chain), plus the
-sequence of one expert layer in the middle of the denoising loop.
+median "step" (end minus the latest end before it, i.e. what it adds to the chain), plus the
+whole kernel sequence of the last call (start and end times from its first kernel).
 Usage: python benchmarks/graph_timeline.py --calls 3 --json timeline.json
 """
 import argparse
@@ -67,9 +67,9 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     calls = []
     for _ in range(args.calls):
-        frames = observation()
+        inputs = observation()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            engine.infer(*frames)
+            engine.infer(*inputs)
             torch.cuda.synchronize()
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, 'trace.json')
