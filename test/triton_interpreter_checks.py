@@ -38,6 +38,11 @@ def check_skinny_linear():
             else:
                 assert out.shape == (split_k, rows, 96) and out.dtype == torch.float32
             close(kernels.sum_parts(out), reference, 2e-2, f'linear rows={rows} split={split_k}')
+            # atomic_add: every split adds its share into a float32 stream, nothing returned.
+            stream = torch.randn(rows, 96)
+            added = stream.clone()
+            gemm.skinny_linear(x, weight, config=config, out=added, atomic_add=True)
+            close(added, stream + reference, 2e-2, f'atomic rows={rows} split={split_k}')
         gate_up = (torch.randn(2 * 64, 128) * 0.1).half()
         product = x.float() @ gate_up.float().T
         expected = F.gelu(product[:, :64], approximate='tanh') * product[:, 64:]

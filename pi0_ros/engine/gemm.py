@@ -36,7 +36,8 @@ if triton is not None:
                               GELU_MUL: tl.constexpr, SILU: tl.constexpr,
                               HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
                               PARTIAL: tl.constexpr, ACCUMULATE: tl.constexpr,
-                              FLOAT32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              ATOMIC: tl.constexpr, FLOAT32: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
                               LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
         block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -86,7 +87,9 @@ if triton is not None:
             acc = acc * tl.sigmoid(acc)
         out_rows = group * stride_og + member * stride_om
         out_ptrs = out_ptr + split * stride_os + out_rows[:, None] + cols[None, :]
-        if PARTIAL:
+        if ATOMIC:  # out += result, every K split adding its share (float32 out)
+            tl.atomic_add(out_ptrs, acc, mask=row_ok, sem='relaxed', scope='gpu')
+        elif PARTIAL:
             tl.store(out_ptrs, acc, mask=row_ok)
         elif ACCUMULATE:  # out += scale * result (float32 out)
             previous = tl.load(out_ptrs, mask=row_ok, other=0.0)
@@ -226,7 +229,8 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
                   gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
-                  out: torch.Tensor = None, accumulate_scale: float = None) -> torch.Tensor:
+                  out: torch.Tensor = None, accumulate_scale: float = None,
+                  atomic_add: bool = False) -> torch.Tensor:
     """
     Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
@@ -237,7 +241,9 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     TF32 products each). weight may be an Fp8Weight (weight-only FP8: widened in registers,
     scaled per channel). x may also be a [B,R,K] view with any batch stride; out, if given
     ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
-    out += accumulate_scale * result (float32).
+    out += accumulate_scale * result (float32). With atomic_add, every program adds its share
+    (its K split's partial sum) into out (float32) with atomics, in no fixed order, whatever
+    the split: nothing is left for a consumer to add up.
     """
     scale = weight.scale if isinstance(weight, Fp8Weight) else None
     weight = weight.data if isinstance(weight, Fp8Weight) else weight
@@ -247,16 +253,21 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     config = config or config_for(rows, weight, gelu_mul) \
         or heuristic_config(rows, n_out, depth, gelu_mul)
     if not supports(rows, weight, config, gelu_mul) or (
-            config.split_k > 1 and (bias is not None or silu or out is not None)):
+            config.split_k > 1 and (bias is not None or silu
+                                    or (out is not None and not atomic_add))):
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
                          f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; bias, silu and '
                          'out need split_k 1)')
-    partial = config.split_k > 1
+    if atomic_add and (out is None or out.dtype != torch.float32 or bias is not None or silu
+                       or gelu_mul or accumulate_scale is not None):
+        raise ValueError('skinny_linear: atomic_add needs a float32 out and no bias, silu, '
+                         'gelu_mul or accumulate_scale')
+    partial = config.split_k > 1 and not atomic_add
     if partial:
         out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
     elif out is None:
         out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype, device=x.device)
-    if out.shape[-1] != n_out or out.numel() != rows * n_out * config.split_k \
+    if out.shape[-1] != n_out or out.numel() != rows * n_out * (config.split_k if partial else 1) \
             or out.stride(-1) != 1 or x.stride(-1) != 1 \
             or (accumulate_scale is not None and out.dtype != torch.float32):
         raise ValueError(f'skinny_linear: out {tuple(out.shape)} {out.dtype} does not fit '
@@ -274,11 +285,12 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     _skinny_linear_kernel[grid](
         x, weight, scale if scale is not None else weight, bias if bias is not None else weight,
         out, rows, k_per_split, n_out, x3.stride(1), weight.stride(0),
-        n_out if partial else out3.stride(1), rows * n_out, per_group, x3.stride(0),
+        n_out if partial else out3.stride(1), rows * n_out if partial else 0, per_group,
+        x3.stride(0),
         per_group * n_out if partial else out3.stride(0),
         0.0 if accumulate_scale is None else float(accumulate_scale),
         GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
-        PARTIAL=partial, ACCUMULATE=accumulate_scale is not None,
+        PARTIAL=partial, ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
@@ -415,7 +427,8 @@ def _gelu_mul(gate_up: torch.Tensor, fp8_out: bool = False):
     return hidden
 
 
-def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
+def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
+           add_into: torch.Tensor = None) -> 'torch.Tensor | None':
     """
     Project x by a Gemma layer's weight, with the fastest measured kernel.
 
@@ -423,7 +436,10 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
     measured faster (many rows), else PyTorch.
 
     weight is a tensor [N, K] or an Fp8Weight. The result may be float32 partial sums [S, M, N]
-    (see skinny_linear); consumers accept both.
+    (see skinny_linear); consumers accept both. add_into (float32 [M, N], the residual stream):
+    where the skinny kernel splits K over at most kernel_configs.SKINNY_ATOMIC_MAX_ROWS rows, its
+    programs add their sums into it with atomics and None is returned; otherwise the result is
+    returned for the caller to add.
     """
     fp8 = isinstance(weight, Fp8Weight)
     if use_skinny(x, weight):
@@ -432,6 +448,10 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False) -> torch.Tensor:
             n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
             config = heuristic_config(x.shape[0], n_out, weight.shape[1], gelu_mul)
         if config is not None and supports(x.shape[0], weight, config, gelu_mul):
+            if (add_into is not None and not gelu_mul and config.split_k > 1
+                    and x.shape[0] <= kernel_configs.SKINNY_ATOMIC_MAX_ROWS):
+                skinny_linear(x, weight, config=config, out=add_into, atomic_add=True)
+                return None
             return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
     if gelu_mul and (config := use_gelu_mul_gemm(x, weight)) is not None:
         return gelu_mul_gemm(x, weight, config)

@@ -77,6 +77,12 @@ SKINNY_LINEAR = {
                           (408, _skinny(128, 64, 128, 2, 8, 4))],
 }
 
+# Split-K projections into the residual stream (the expert's o and down) of at most this many
+# rows add their partial sums into the float32 stream with atomics (in no fixed order: not
+# bit-reproducible), so the next add + RMSNorm reads one tensor instead of split_k partials.
+# 0 = never (the partials are written and added up by the norm kernel, in a fixed order).
+SKINNY_ATOMIC_MAX_ROWS = 64
+
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 

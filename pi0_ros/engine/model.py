@@ -425,7 +425,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                              cache_k[index, :b, 0, :start + seq],
                              cache_v[index, :b, 0, :start + seq], bias, hd ** -0.5,
                              state_rows=heads if state_keys else 0, state_keys=state_keys)
-        projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w)
+        projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w, add_into=stream)
         del attended
         if fp8_mlp and isinstance(layer.gate_up_w, gemm.Fp8Weight):
             kernels.add_rms_norm(stream, projected, normed8, dims.rms_norm_eps,
@@ -436,7 +436,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
             del projected
             hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
-            pending = gemm.linear(hidden, layer.down_w)
+            pending = gemm.linear(hidden, layer.down_w, add_into=stream)
             del hidden
     if final_out is not None:
         kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
