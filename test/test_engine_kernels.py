@@ -167,6 +167,39 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
                                                    config=config)).float()
         error = (out - expected).abs().max().item() / expected.abs().max().item()
         assert error < 1e-2, (config, error)
+        if not gelu_mul:  # the K splits added into a float32 stream with atomics
+            stream = torch.randn(rows, n_out, device='cuda')
+            added = stream.clone()
+            gemm.skinny_linear(x, weight, config=config, out=added, atomic_add=True)
+            error = (added - stream - expected).abs().max().item() / expected.abs().max().item()
+            assert error < 1e-2, ('atomic', config, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('batch', [1, 2])
+def test_qkv_projection_with_rope_on_the_gpu_at_full_size(batch, monkeypatch):
+    """gemm.qkv_rope writes what the skinny GEMM followed by the RoPE kernel writes."""
+    monkeypatch.setitem(kernel_configs.QKV_ROPE, 'max_rows', 128)
+    torch.manual_seed(0)
+    heads, hd, seq = 8, 256, 51
+    x = torch.randn(batch * seq, 1024, dtype=torch.bfloat16, device='cuda')
+    weight = torch.randn((heads + 2) * hd, 1024, dtype=torch.bfloat16, device='cuda') * 0.03
+    angle = torch.rand(batch * seq, hd // 2, device='cuda') * 6
+    cos, sin = angle.cos(), angle.sin()
+    written = {}
+    for fused in (True, False):
+        q = torch.empty(batch * seq, heads * hd, dtype=torch.bfloat16, device='cuda')
+        cache = torch.zeros(2, batch, seq + 816, hd, dtype=torch.bfloat16, device='cuda')
+        k, v = cache[0, :, 816:], cache[1, :, 816:]
+        if fused:
+            assert gemm.qkv_rope(x, weight, cos, sin, q, k, v, heads, hd)
+        else:
+            kernels.rope_qkv(gemm.linear(x, weight), cos, sin, q, k, v, heads, hd)
+        assert not cache[:, :, :816].any()
+        written[fused] = (q.float(), k.float(), v.float())
+    for fused, unfused in zip(written[True], written[False]):
+        error = (fused - unfused).abs().max().item() / unfused.abs().max().item()
+        assert error < 1e-2, error
 
 
 @pytest.mark.gpu
