@@ -176,33 +176,6 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('batch', [1, 2])
-def test_qkv_projection_with_rope_on_the_gpu_at_full_size(batch, monkeypatch):
-    """gemm.qkv_rope writes what the skinny GEMM followed by the RoPE kernel writes."""
-    monkeypatch.setitem(kernel_configs.QKV_ROPE, 'max_rows', 128)
-    torch.manual_seed(0)
-    heads, hd, seq = 8, 256, 51
-    x = torch.randn(batch * seq, 1024, dtype=torch.bfloat16, device='cuda')
-    weight = torch.randn((heads + 2) * hd, 1024, dtype=torch.bfloat16, device='cuda') * 0.03
-    angle = torch.rand(batch * seq, hd // 2, device='cuda') * 6
-    cos, sin = angle.cos(), angle.sin()
-    written = {}
-    for fused in (True, False):
-        q = torch.empty(batch * seq, heads * hd, dtype=torch.bfloat16, device='cuda')
-        cache = torch.zeros(2, batch, seq + 816, hd, dtype=torch.bfloat16, device='cuda')
-        k, v = cache[0, :, 816:], cache[1, :, 816:]
-        if fused:
-            assert gemm.qkv_rope(x, weight, cos, sin, q, k, v, heads, hd)
-        else:
-            kernels.rope_qkv(gemm.linear(x, weight), cos, sin, q, k, v, heads, hd)
-        assert not cache[:, :, :816].any()
-        written[fused] = (q.float(), k.float(), v.float())
-    for fused, unfused in zip(written[True], written[False]):
-        error = (fused - unfused).abs().max().item() / unfused.abs().max().item()
-        assert error < 1e-2, error
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize('rows', [816, 6528])
 def test_gelu_mul_gemm_on_the_gpu_at_the_prefix_shape(rows):
     torch.manual_seed(0)

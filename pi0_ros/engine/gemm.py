@@ -30,31 +30,6 @@ if triton is not None:
     from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
 
     @triton.jit
-    def _row_block_times_slab(x_ptrs, w_ptrs, pair_offset, stride_wn, row_ok, k_len,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, PAIRED: tl.constexpr,
-                              FLOAT32: tl.constexpr):
-        # x[rows, k:k+k_len] @ w[cols, k:k+k_len]^T, and with PAIRED the same for the weight
-        # rows pair_offset further (two accumulators sharing each x tile).
-        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        acc_pair = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        pair_ptrs = w_ptrs + pair_offset * stride_wn
-        for _ in range(0, k_len, BLOCK_K):
-            x = tl.load(x_ptrs, mask=row_ok, other=0.0)
-            # FP8 weights are widened to the activations' type in registers (weight-only).
-            w = tl.load(w_ptrs).to(x.dtype)
-            if FLOAT32:  # three TF32 products: float32 accuracy on the tensor cores
-                acc = tl.dot(x, tl.trans(w), acc, input_precision='tf32x3')
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)
-            if PAIRED:
-                acc_pair = tl.dot(x, tl.trans(tl.load(pair_ptrs).to(x.dtype)), acc_pair)
-                pair_ptrs += BLOCK_K
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
-        return acc, acc_pair
-
-    @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
                               k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               rows_per_group, stride_xg, stride_og, accumulate_scale,
@@ -84,9 +59,22 @@ if triton is not None:
         member = (rows % rows_per_group).to(tl.int64)
         x_ptrs = x_ptr + (group * stride_xg + member * stride_xm)[:, None] + depth[None, :]
         w_ptrs = w_ptr + cols[:, None] * stride_wn + depth[None, :]
-        acc, acc_up = _row_block_times_slab(x_ptrs, w_ptrs, up_offset, stride_wn, row_ok,
-                                            k_per_split, BLOCK_M, BLOCK_N, BLOCK_K, GELU_MUL,
-                                            FLOAT32)
+        up_ptrs = w_ptrs + up_offset * stride_wn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for _ in range(0, k_per_split, BLOCK_K):
+            x = tl.load(x_ptrs, mask=row_ok, other=0.0)
+            # FP8 weights are widened to the activations' type in registers (weight-only).
+            w = tl.load(w_ptrs).to(x.dtype)
+            if FLOAT32:  # three TF32 products: float32 accuracy on the tensor cores
+                acc = tl.dot(x, tl.trans(w), acc, input_precision='tf32x3')
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+            if GELU_MUL:
+                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs).to(x.dtype)), acc_up)
+                up_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
         if W_SCALE:
             acc *= tl.load(w_scale_ptr + cols)[None, :]
             if GELU_MUL:
@@ -108,47 +96,6 @@ if triton is not None:
             tl.store(out_ptrs, previous + accumulate_scale * acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-    @triton.jit
-    def _qkv_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_rows, depth,
-                         seq, stride_xm, stride_wn, stride_qm, k_stride_b, k_stride_s,
-                         v_stride_b, v_stride_s, HEADS: tl.constexpr, HALF: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         PREFETCH_LINES: tl.constexpr, LINE_ELEMENTS: tl.constexpr,
-                         USE_PDL: tl.constexpr):
-        # One program: BLOCK_N columns of one head's first half and their rotation partners
-        # HALF further, so RoPE runs on the float32 sums before anything is written.
-        block_m, block_n = tl.program_id(0), tl.program_id(1)
-        head = block_n // (HALF // BLOCK_N)  # 0..HEADS-1: Q, HEADS: K, HEADS + 1: V
-        j = (block_n % (HALF // BLOCK_N)) * BLOCK_N + tl.arange(0, BLOCK_N)
-        cols = (head * 2 * HALF + j).to(tl.int64)
-        if USE_PDL and PREFETCH_LINES > 0:
-            lines = tl.arange(0, PREFETCH_LINES) * LINE_ELEMENTS
-            prefetch_l2(w_ptr + cols[:, None] * stride_wn + lines[None, :])
-            prefetch_l2(w_ptr + (cols[:, None] + HALF) * stride_wn + lines[None, :])
-        pdl_enter(USE_PDL)
-        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows[:, None] < n_rows
-        depths = tl.arange(0, BLOCK_K)
-        x1, x2 = _row_block_times_slab(
-            x_ptr + rows[:, None].to(tl.int64) * stride_xm + depths[None, :],
-            w_ptr + cols[:, None] * stride_wn + depths[None, :], HALF, stride_wn, row_ok,
-            depth, BLOCK_M, BLOCK_N, BLOCK_K, True, False)
-        if head <= HEADS:  # Q and K rotate, V does not
-            table = rows[:, None] * HALF + j[None, :]
-            cos = tl.load(cos_ptr + table, mask=row_ok, other=0.0)
-            sin = tl.load(sin_ptr + table, mask=row_ok, other=0.0)
-            x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-        batch = (rows // seq).to(tl.int64)[:, None]
-        pos = (rows % seq).to(tl.int64)[:, None]
-        if head < HEADS:
-            out = q_ptr + rows[:, None].to(tl.int64) * stride_qm + head * 2 * HALF
-        elif head == HEADS:
-            out = k_ptr + batch * k_stride_b + pos * k_stride_s
-        else:
-            out = v_ptr + batch * v_stride_b + pos * v_stride_s
-        tl.store(out + j[None, :], x1.to(q_ptr.dtype.element_ty), mask=row_ok)
-        tl.store(out + HALF + j[None, :], x2.to(q_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
     def _gelu_mul_gemm_kernel(x_desc, w_desc, out_desc, n_rows, depth, up_offset,
@@ -351,43 +298,6 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
         num_stages=config.num_stages, launch_pdl=pdl)
     return out
-
-
-def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_out,
-             k_out: torch.Tensor, v_out: torch.Tensor, heads: int, head_dim: int) -> bool:
-    """
-    Project x [b*S, K] by a fused qkv weight with RoPE in the epilogue, in one launch.
-
-    Writes what kernels.rope_qkv writes from linear(x, weight) (same arguments: q_out
-    [b*S, heads*hd], k_out/v_out [b, S, hd] cache views, cos/sin [b*S, hd/2] float32) without
-    the [b*S, (heads+2)*hd] product in between. Returns False, having done nothing, where
-    kernel_configs.QKV_ROPE does not cover it (too many rows, no queries, FP8 weights, a
-    shape its tiles do not fit): the caller runs the two steps then.
-    """
-    config = kernel_configs.QKV_ROPE
-    rows, depth = x.shape
-    half = head_dim // 2
-    if (q_out is None or isinstance(weight, Fp8Weight) or not use_skinny(x, weight)
-            or rows > config['max_rows'] or weight.shape[0] != (heads + 2) * head_dim
-            or half % config['block_n'] or depth % config['block_k']
-            or x.stride(1) != 1 or q_out.stride(1) != 1 or k_out.stride(2) != 1
-            or v_out.stride(2) != 1):
-        return False
-    seq = k_out.shape[1]
-    line_elements = 128 // weight.element_size()
-    lines = depth // line_elements
-    pdl = kernels.use_pdl(x)
-    grid = (triton.cdiv(rows, config['block_m']), (heads + 2) * half // config['block_n'])
-    _qkv_rope_kernel[grid](
-        x, weight, cos, sin, q_out, k_out, v_out, rows, depth, seq, x.stride(0),
-        weight.stride(0), q_out.stride(0), k_out.stride(0), k_out.stride(1), v_out.stride(0),
-        v_out.stride(1), HEADS=heads, HALF=half, BLOCK_M=config['block_m'],
-        BLOCK_N=config['block_n'], BLOCK_K=config['block_k'],
-        PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
-                                 and lines & (lines - 1) == 0) else 0,
-        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config['num_warps'],
-        num_stages=config['num_stages'], launch_pdl=pdl)
-    return True
 
 
 def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:

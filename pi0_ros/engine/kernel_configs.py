@@ -82,14 +82,9 @@ SKINNY_LINEAR = {
 # reads one tensor instead of split_k partials. The atomics add in no fixed order, so repeated
 # calls may differ in the last bits; 0 = never (the norm kernel adds the partials up in a fixed
 # order: bit-reproducible). H200 (session 13, engine_ab, same process): denoise 6.050 -> 5.832
-# ms at batch 1 (p50 14.78 -> 14.60), 13.865 -> 13.466 ms at batch 8 (68.57 -> 68.09).
+# ms at batch 1 (p50 14.78 -> 14.60), 7.71 -> 7.09 at batch 2, 9.72 -> 8.97 at batch 4,
+# 13.865 -> 13.466 at batch 8 (p50 68.57 -> 68.09).
 SKINNY_ATOMIC_MAX_ROWS = 512
-
-# The expert's qkv projection with RoPE in its epilogue (gemm.qkv_rope: one launch writes the
-# rotated Q and the cache's K/V; no split-K, the rotation needs the whole sum) for at most
-# max_rows rows (0 = never: the skinny GEMM, then the RoPE kernel adding up its partials).
-QKV_ROPE = {'max_rows': 64, 'block_m': 64, 'block_n': 16, 'block_k': 128, 'num_warps': 4,
-            'num_stages': 4}
 
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
