@@ -86,11 +86,6 @@ SKINNY_LINEAR = {
 # 13.865 -> 13.466 at batch 8 (p50 68.57 -> 68.09).
 SKINNY_ATOMIC_MAX_ROWS = 512
 
-# The expert's qkv projection, where it splits K over at most SKINNY_ATOMIC_MAX_ROWS rows, adds
-# its splits with atomics into a float32 buffer that the RoPE kernel reads and clears again
-# (zeroed once per denoising call), instead of writing split_k partial sums. To be measured.
-QKV_ATOMIC_SUMS = True
-
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 

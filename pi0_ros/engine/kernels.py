@@ -125,8 +125,7 @@ if triton is not None:
     def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, seq, part_stride,
                          k_stride_b, k_stride_s, v_stride_b, v_stride_s,
                          HEADS: tl.constexpr, HEADS_P2: tl.constexpr, HALF: tl.constexpr,
-                         HALF_P2: tl.constexpr, PARTS: tl.constexpr, CLEAR: tl.constexpr,
-                         WIDTH_P2: tl.constexpr, USE_PDL: tl.constexpr):
+                         HALF_P2: tl.constexpr, PARTS: tl.constexpr, USE_PDL: tl.constexpr):
         pdl_enter(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         batch = row // seq
@@ -161,10 +160,6 @@ if triton is not None:
         v2 = _load_parts(v_base, HALF + j, j_in, part_stride, PARTS)
         tl.store(v_row + j, v1.to(v_ptr.dtype.element_ty), mask=j_in)
         tl.store(v_row + HALF + j, v2.to(v_ptr.dtype.element_ty), mask=j_in)
-        if CLEAR:  # zeros again for the next projection's atomics, once every thread read
-            tl.debug_barrier()
-            all_cols = tl.arange(0, WIDTH_P2)
-            tl.store(base + all_cols, tl.zeros([WIDTH_P2], tl.float32), mask=all_cols < width)
 
     @triton.jit
     def _gelu_times_up(row_ptr, cols, inside, n_cols):
@@ -260,14 +255,13 @@ def add_layer_norm(x: torch.Tensor, residual, out: torch.Tensor, eps: float) -> 
 
 
 def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_out: torch.Tensor,
-             v_out: torch.Tensor, heads: int, head_dim: int, clear: bool = False) -> None:
+             v_out: torch.Tensor, heads: int, head_dim: int) -> None:
     """
     Split fused qkv [b*S, (heads+2)*hd] (Q heads, one K head, one V head).
 
     qkv may also be float32 partial sums [P, b*S, (heads+2)*hd] (added up here).
     cos/sin [b*S, hd/2] float32 per row; q_out [b*S, heads*hd] (None if heads == 0);
-    k_out/v_out [b, S, hd] views into the KV cache (last dim contiguous). With clear, qkv
-    (float32 [b*S, ...], summed with atomics) is zeroed once read.
+    k_out/v_out [b, S, hd] views into the KV cache (last dim contiguous).
     """
     batch, seq = k_out.shape[0], k_out.shape[1]
     half = head_dim // 2
@@ -278,11 +272,10 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
             qkv[0].numel() if parts > 1 else 0, k_out.stride(0), k_out.stride(1),
             v_out.stride(0), v_out.stride(1),
             HEADS=heads, HEADS_P2=max(triton.next_power_of_2(max(heads, 1)), 1), HALF=half,
-            HALF_P2=triton.next_power_of_2(half), PARTS=parts, CLEAR=clear,
-            WIDTH_P2=triton.next_power_of_2(qkv.shape[-1]), USE_PDL=use_pdl(qkv),
+            HALF_P2=triton.next_power_of_2(half), PARTS=parts, USE_PDL=use_pdl(qkv),
             num_warps=4, launch_pdl=use_pdl(qkv))
         return
-    sums, qkv = qkv, sum_parts(qkv).float()
+    qkv = sum_parts(qkv).float()
     cos, sin = cos[:, None, :], sin[:, None, :]
 
     def rotate(x):
@@ -295,8 +288,6 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
     k = rotate(qkv[:, None, heads * head_dim:(heads + 1) * head_dim])
     k_out.copy_(k.view(batch, seq, head_dim))
     v_out.copy_(qkv[:, (heads + 1) * head_dim:].view(batch, seq, head_dim))
-    if clear:
-        sums.zero_()
 
 
 def gelu_mul(gate_up: torch.Tensor, out: torch.Tensor, out_scale: torch.Tensor = None) -> None:

@@ -376,8 +376,7 @@ def _fp8_mlp(layer, x8: torch.Tensor, x_scale: torch.Tensor, dtype: torch.dtype)
 def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                  cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
                  cache_v: torch.Tensor, start: int, bias: torch.Tensor, state_keys: int = 0,
-                 final_out=None, fp8_mlp: bool = False, before_layer=None, after_kv=None,
-                 qkv_sums: torch.Tensor = None):
+                 final_out=None, fp8_mlp: bool = False, before_layer=None, after_kv=None):
     """
     Gemma decoder layers over x [b,S,W] float32 (updated in place: the residual stream).
 
@@ -391,8 +390,6 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     FP8 x FP8 (and down too, from FP8 rows of GELU * up, when its weights are FP8).
     before_layer(index) is called before each layer's work is queued, after_kv(index) once its
     K/V are queued for the cache (stream hooks: the overlapped first denoising step).
-    qkv_sums (float32 [b*S, (heads+2)*hd], zeros): where the qkv projection can add its K
-    splits into it with atomics, the RoPE kernel reads it and clears it again.
     """
     dtype = cache_k.dtype  # the compute dtype (weights may be FP8)
     b, seq, width = x.shape
@@ -413,12 +410,11 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             before_layer(index)
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
         del pending
-        qkv = gemm.linear(normed, layer.qkv_w, add_into=qkv_sums)
+        qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
-        kernels.rope_qkv(qkv_sums if qkv is None else qkv, cos, sin,
-                         None if layer.out_w is None else queries, keys, values,
-                         0 if layer.out_w is None else heads, hd, clear=qkv is None)
+        kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys, values,
+                         0 if layer.out_w is None else heads, hd)
         del qkv
         if after_kv is not None:
             after_kv(index)
@@ -505,11 +501,6 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     if persistent:
         sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
         scratch = expert_layer.workspace(layers, x, dims.expert_heads, dims.head_dim, length)
-    qkv_sums = None
-    if kernel_configs.QKV_ATOMIC_SUMS and kernels.use_triton(x):
-        # Zeroed once per call; the RoPE kernel clears what it reads, layer after layer.
-        qkv_sums = torch.zeros(b * suffix, (dims.expert_heads + 2) * dims.head_dim,
-                               device=noise.device)
     for step in steps:
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
@@ -524,7 +515,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
         else:
             _gemma_stack(layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
                          length, bias, state_keys=length + 1, final_out=normed,
-                         before_layer=before_layer, qkv_sums=qkv_sums)
+                         before_layer=before_layer)
         # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
         gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
                            accumulate_scale=dt)
