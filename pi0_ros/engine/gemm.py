@@ -8,8 +8,10 @@ floats and does almost no arithmetic, so what matters is keeping enough bytes in
 SM and launching few kernels. One Triton kernel covers the three shapes of work:
   plain     y = x @ W^T, rounded once to the compute dtype
   split-K   the K range split over programs; each writes a float32 partial sum [S, M, N] that
-            the next fused kernel (add_rms_norm, rope_qkv) adds up while it reads it: no extra
-            reduction kernel, no atomics
+            the next fused kernel (add_rms_norm, rope_qkv) adds up while it reads it (no extra
+            reduction kernel), or, for a projection into the float32 residual stream (the
+            expert's o and down), adds its share into the stream with atomics, so the norm
+            after it reads one tensor (kernel_configs.SKINNY_ATOMIC_MAX_ROWS)
   gelu_mul  W = [gate; up] stacked: y = gelu_tanh(x @ gate^T) * (x @ up^T), two accumulators in
             one program, so the MLP's hidden activations are written once, already activated
 Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic.

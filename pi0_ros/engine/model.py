@@ -385,9 +385,10 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     state_keys, the first token's queries see only keys before state_keys. A layer without
     out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
-    norm and RoPE kernels add up. With fp8_mlp, in each layer whose gate/up weights are a
-    gemm.Fp8Weight the post-attention norm writes FP8 rows with row scales and gate/up runs as
-    FP8 x FP8 (and down too, from FP8 rows of GELU * up, when its weights are FP8).
+    norm and RoPE kernels add up (o and down may add theirs into the stream with atomics).
+    With fp8_mlp, in each layer whose gate/up weights are a gemm.Fp8Weight the post-attention
+    norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8 (and down too, from FP8
+    rows of GELU * up, when its weights are FP8).
     before_layer(index) is called before each layer's work is queued, after_kv(index) once its
     K/V are queued for the cache (stream hooks: the overlapped first denoising step).
     """
