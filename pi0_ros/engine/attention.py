@@ -142,8 +142,9 @@ if triton is not None:
     @triton.jit
     def _merge_splits_kernel(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, n_queries,
                              stride_ob, stride_om, N_SPLITS: tl.constexpr,
-                             HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
+                             HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, USE_PDL: tl.constexpr,
+                             LAUNCH_FIRST: tl.constexpr):
+        pdl_enter(USE_PDL, LAUNCH_FIRST)
         merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0) * ROWS,
                    tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, ROWS,
                    '')
@@ -232,7 +233,8 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
         rows = config.get('merge_rows', 1)  # query rows per merge program
         _merge_splits_kernel[(triton.cdiv(n_queries, rows), batch)](
             part_o, part_m, part_l, out, n_queries, out.stride(0), out.stride(1),
-            N_SPLITS=n_splits, HEAD_DIM=head_dim, ROWS=rows, USE_PDL=pdl, num_warps=4,
+            N_SPLITS=n_splits, HEAD_DIM=head_dim, ROWS=rows, USE_PDL=pdl,
+            LAUNCH_FIRST=kernels.launch_first('merge'), num_warps=4,
             launch_pdl=pdl)
     return out
 

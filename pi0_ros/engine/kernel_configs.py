@@ -12,6 +12,12 @@ and prints the table these values come from. A shape that is not listed gets a h
 # before it touches memory, hiding the launch gap between the denoiser's ~1,800 kernels.
 PDL = True
 
+# With PDL: the short kernels named here ('norm', 'rope', 'merge', comma-separated; '' = none)
+# let the next kernel launch before they wait for the previous one, so that the next kernel's
+# work ahead of its own wait (the skinny GEMM's weight prefetch, the attention's K/V prefetch)
+# starts one kernel sooner. To be measured.
+PDL_LAUNCH_FIRST = 'norm'
+
 # With PDL: each skinny-GEMM program asks for its weight slab in L2 before it waits for the
 # previous kernel (the weights do not depend on it), in launches of at most this many rows
 # (0 = never). H200 (session 5, same call): on every launch, denoise 7.10 -> 6.82 ms at batch 1

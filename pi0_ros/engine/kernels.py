@@ -63,6 +63,11 @@ def use_tma(tensor: torch.Tensor) -> bool:
     return INTERPRET_ON_CPU
 
 
+def launch_first(kernel: str) -> bool:
+    """Tell whether a short kernel ('norm', 'rope', 'merge') lets the next one launch first."""
+    return kernel in (kernel_configs.PDL_LAUNCH_FIRST or '').split(',')
+
+
 def tma_available() -> bool:
     """Tell whether this process's default CUDA device runs the TMA kernels (the planner)."""
     return triton is not None and torch.cuda.is_available() and _hopper_or_newer(
@@ -71,11 +76,21 @@ def tma_available() -> bool:
 
 if triton is not None:
     @triton.jit
-    def pdl_enter(USE_PDL: tl.constexpr):  # noqa: N803
-        """Wait for the previous kernel's memory, then let the next kernel launch (PDL)."""
+    def pdl_enter(USE_PDL: tl.constexpr, LAUNCH_FIRST: tl.constexpr = False):  # noqa: N803
+        """
+        Wait for the previous kernel's memory, then let the next kernel launch (PDL).
+
+        LAUNCH_FIRST lets the next kernel launch before this one waits (for short kernels: the
+        next one's work ahead of its own wait, e.g. its weight prefetch, starts sooner; it
+        still waits for this kernel to finish).
+        """
         if USE_PDL:
-            gdc_wait()
-            gdc_launch_dependents()
+            if LAUNCH_FIRST:
+                gdc_launch_dependents()
+                gdc_wait()
+            else:
+                gdc_wait()
+                gdc_launch_dependents()
 
     @triton.jit
     def prefetch_l2(ptrs):
@@ -99,8 +114,9 @@ if triton is not None:
     @triton.jit
     def _add_norm_kernel(x_ptr, residual_ptr, out_ptr, scale_ptr, n_cols, part_stride, eps,
                          PARTS: tl.constexpr, CENTER: tl.constexpr, QUANTIZE: tl.constexpr,
-                         BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
+                         BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
+                         LAUNCH_FIRST: tl.constexpr):
+        pdl_enter(USE_PDL, LAUNCH_FIRST)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         inside = cols < n_cols
@@ -125,8 +141,9 @@ if triton is not None:
     def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, seq, part_stride,
                          k_stride_b, k_stride_s, v_stride_b, v_stride_s,
                          HEADS: tl.constexpr, HEADS_P2: tl.constexpr, HALF: tl.constexpr,
-                         HALF_P2: tl.constexpr, PARTS: tl.constexpr, USE_PDL: tl.constexpr):
-        pdl_enter(USE_PDL)
+                         HALF_P2: tl.constexpr, PARTS: tl.constexpr, USE_PDL: tl.constexpr,
+                         LAUNCH_FIRST: tl.constexpr):
+        pdl_enter(USE_PDL, LAUNCH_FIRST)
         row = tl.program_id(0).to(tl.int64)
         batch = row // seq
         pos = row % seq
@@ -213,7 +230,8 @@ def _launch_norm(x, residual, out, eps, center: bool, out_scale=None) -> None:
         x, residual if residual is not None else x, out,
         out_scale if out_scale is not None else x, x.shape[1], part_stride, eps,
         PARTS=parts, CENTER=center, QUANTIZE=out_scale is not None, BLOCK=block,
-        USE_PDL=use_pdl(x), num_warps=4 if block <= 2048 else 8, launch_pdl=use_pdl(x))
+        USE_PDL=use_pdl(x), LAUNCH_FIRST=launch_first('norm'),
+        num_warps=4 if block <= 2048 else 8, launch_pdl=use_pdl(x))
 
 
 def quantize_rows(y: torch.Tensor, out: torch.Tensor, out_scale: torch.Tensor) -> None:
@@ -273,6 +291,7 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_out, k_o
             v_out.stride(0), v_out.stride(1),
             HEADS=heads, HEADS_P2=max(triton.next_power_of_2(max(heads, 1)), 1), HALF=half,
             HALF_P2=triton.next_power_of_2(half), PARTS=parts, USE_PDL=use_pdl(qkv),
+            LAUNCH_FIRST=launch_first('rope'),
             num_warps=4, launch_pdl=use_pdl(qkv))
         return
     qkv = sum_parts(qkv).float()
