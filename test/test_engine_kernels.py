@@ -105,6 +105,15 @@ def test_suffix_attention_prefetches_keys_only_for_split_launches_with_pdl(monke
     assert prefetched_keys() == 0
 
 
+def test_short_kernels_launch_the_next_first_only_where_named(monkeypatch):
+    assert kernels.launch_first('norm') and not kernels.launch_first('merge')  # committed
+    monkeypatch.setattr(kernel_configs, 'PDL_LAUNCH_FIRST', 'rope,merge')
+    assert [kernels.launch_first(k) for k in ('norm', 'rope', 'merge')] == [False, True, True]
+    for none in ('', None):
+        monkeypatch.setattr(kernel_configs, 'PDL_LAUNCH_FIRST', none)
+        assert not any(kernels.launch_first(k) for k in ('norm', 'rope', 'merge'))
+
+
 def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
     from pi0_ros.bench import apply_kernel_config
 

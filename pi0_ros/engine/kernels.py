@@ -13,7 +13,8 @@ add_rms_norm and rope_qkv also take the skinny GEMM's float32 split-K partial su
 and add them up as they read them (gemm.py). Every kernel computes in float32 and rounds once on
 store. The PyTorch versions are the reference the CPU path uses (and that the GPU tests compare
 against). On Hopper the kernels launch as programmatic dependents (use_pdl, pdl_enter): each
-waits for the previous kernel's memory before touching any, then lets the next one launch.
+waits for the previous kernel's memory before touching any, then lets the next one launch (the
+short kernels named in kernel_configs.PDL_LAUNCH_FIRST let it launch first, then wait).
 """
 import functools
 import os
