@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from tune_kernels import apply, load_best  # benchmarks/, next to this script
 
-from pi0_ros.bench import apply_kernel_config, encode_ahead, INSTRUCTION, percentiles
+from pi0_ros.bench import (apply_kernel_config, encode_ahead, INSTRUCTION, percentiles,
+                           random_frames)
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 STAGES = ('preprocess', 'vision', 'prefix', 'denoise')
@@ -100,8 +101,7 @@ def main(argv=None) -> int:
               'build_peak_gib': peaks, 'batches': {}}
 
     def draw(batch):
-        return [([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)],
-                 rng.normal(size=14).astype(np.float32), args.instruction)
+        return [(random_frames(rng), rng.normal(size=14).astype(np.float32), args.instruction)
                 for _ in range(batch)]
 
     for batch in batches:

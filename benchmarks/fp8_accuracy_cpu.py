@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from pi0_ros.bench import random_frames
 from pi0_ros.engine import EngineOptions, gemm, kernel_configs, kernels, ModelDims, Pi0Engine
 
 VARIANTS = {
@@ -133,9 +134,7 @@ def main() -> None:
     observations = []
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        observations.append(([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
-                              for _ in range(3)],
-                             rng.normal(size=14).astype(np.float32),
+        observations.append((random_frames(rng), rng.normal(size=14).astype(np.float32),
                              rng.normal(size=(dims.chunk_size, dims.max_action_dim))
                              .astype(np.float32)))
     chunks, report = {}, {'seeds': seeds, 'variants': {}}

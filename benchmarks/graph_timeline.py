@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 import torch
 
-from pi0_ros.bench import INSTRUCTION
+from pi0_ros.bench import INSTRUCTION, random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 
@@ -59,8 +59,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
 
     def observation():
-        return ([rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)],
-                rng.normal(size=14).astype(np.float32), INSTRUCTION)
+        return random_frames(rng), rng.normal(size=14).astype(np.float32), INSTRUCTION
 
     for _ in range(5):
         engine.infer(*observation())

@@ -16,6 +16,7 @@ import pstats
 
 import numpy as np
 
+from pi0_ros.bench import random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 INSTRUCTION = 'pick up the red cube and place it in the bin'
@@ -33,8 +34,7 @@ def main() -> None:
                                                     max_batch=max(batches)))
     engine.warmup()
     rng = np.random.default_rng(0)
-    pool = [[rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)]
-            for _ in range(4 * max(batches))]
+    pool = [random_frames(rng) for _ in range(4 * max(batches))]
     states = rng.normal(size=(len(pool), 14)).astype(np.float32)
     report = io.StringIO()
     for batch in batches:

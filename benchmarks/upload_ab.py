@@ -21,6 +21,7 @@ import time
 import numpy as np
 import torch
 
+from pi0_ros.bench import random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 INSTRUCTION = 'pick up the red cube and place it in the bin'
@@ -67,8 +68,7 @@ def main() -> None:
                                                     max_batch=8))
     engine.warmup()
     rng = np.random.default_rng(0)
-    pool = [[rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(3)]
-            for _ in range(32)]
+    pool = [random_frames(rng) for _ in range(32)]
     states = rng.normal(size=(len(pool), 14)).astype(np.float32)
     original = engine._upload
     pinned = torch.empty(engine._device_frames.shape, dtype=torch.uint8, pin_memory=True)

@@ -19,6 +19,8 @@ import time
 import numpy as np
 import torch
 
+from pi0_ros.bench import random_frames
+
 
 def median_ms(function, repeats: int = 20) -> float:
     """Median wall milliseconds of function() followed by a device synchronization."""
@@ -37,7 +39,7 @@ def main() -> None:
     parser.add_argument('--json', default='upload_bandwidth.json')
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8).reshape(-1) for _ in range(24)]
+    frames = [frame.reshape(-1) for frame in random_frames(rng, 24)]
     device = torch.empty(24, frames[0].size, dtype=torch.uint8, device='cuda')
     pinned = torch.empty(24, frames[0].size, dtype=torch.uint8).pin_memory()
     pinned_array = pinned.numpy()

@@ -191,12 +191,16 @@ class GpuSampler:
                 'energy_j': None if start is None or stop is None else (stop - start) / 1e3}
 
 
+def random_frames(rng: np.random.Generator, cameras: int = 3, shape=(480, 640)) -> list:
+    """One observation's random uint8 RGB frames (shape: height, width)."""
+    return [rng.integers(0, 256, (*shape, 3), dtype=np.uint8) for _ in range(cameras)]
+
+
 def make_frames(args, count: int, seed: int) -> list:
     """`count` observations' worth of random uint8 frames."""
     height, width = (int(v) for v in args.frame.lower().split('x'))
     rng = np.random.default_rng(seed)
-    return [[rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-             for _ in range(args.cameras)] for _ in range(count)]
+    return [random_frames(rng, args.cameras, (height, width)) for _ in range(count)]
 
 
 def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
