@@ -26,10 +26,15 @@ from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 
 def kernel_events(trace: dict) -> list:
-    """Return the trace's GPU kernels as (start_us, end_us, name), in start order."""
+    """
+    Return the trace's GPU work as (start_us, end_us, name), in start order.
+
+    Kernels, and the graphs' memset and memcpy nodes (which also sit on the chain).
+    """
     kernels = [(event['ts'], event['ts'] + event['dur'], event['name'])
                for event in trace.get('traceEvents', [])
-               if event.get('cat') == 'kernel' and 'dur' in event]
+               if event.get('cat') in ('kernel', 'gpu_memset', 'gpu_memcpy')
+               and 'dur' in event]
     return sorted(kernels)
 
 

@@ -185,6 +185,22 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
+def test_skinny_linear_prefetching_the_next_weight_gives_the_same_result(n_out, depth, gelu_mul,
+                                                                         monkeypatch):
+    monkeypatch.setattr(kernel_configs, 'PDL', True)
+    torch.manual_seed(0)
+    x = torch.randn(51, depth, dtype=torch.bfloat16, device='cuda')
+    weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
+                         device='cuda') * 0.03
+    following = torch.randn(8192, 1024, dtype=torch.bfloat16, device='cuda')  # 16 MiB
+    plain = gemm.skinny_linear(x, weight, gelu_mul=gelu_mul)
+    prefetching = gemm.skinny_linear(x, weight, gelu_mul=gelu_mul, prefetch_next=following)
+    torch.cuda.synchronize()
+    assert torch.equal(plain, prefetching)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize('rows', [816, 6528])
 def test_gelu_mul_gemm_on_the_gpu_at_the_prefix_shape(rows):
     torch.manual_seed(0)
