@@ -444,7 +444,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             del projected
             hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True,
                                  prefetch_next=after('gate_up', layer.down_w))
-            following = layers[index + 1].qkv_w if index + 1 < len(layers) else None
+            # After the last layer: the first one's, which the next denoising step runs.
+            following = layers[(index + 1) % len(layers)].qkv_w
             pending = gemm.linear(hidden, layer.down_w, add_into=stream,
                                   prefetch_next=after('down', following))
             del hidden
