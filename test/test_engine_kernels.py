@@ -114,57 +114,6 @@ def test_short_kernels_launch_the_next_first_only_where_named(monkeypatch):
         assert not any(kernels.launch_first(k) for k in ('norm', 'rope', 'merge'))
 
 
-def test_expert_projections_prefetch_the_next_weight_only_where_named(monkeypatch):
-    dims = model.ModelDims.tiny()
-    layers = model.random_expert_layers(dims, 2, torch.Generator().manual_seed(0),
-                                        torch.float32)
-    seq, hd, heads, keys = 3, dims.head_dim, dims.expert_heads, 5
-    cos, sin = model.rope_tables(dims, keys, 'cpu')
-    real_linear, calls = gemm.linear, []
-
-    def recording_linear(x, weight, **options):
-        calls.append((weight, options.get('prefetch_next')))
-        return real_linear(x, weight, **options)
-
-    def run_stack():
-        calls.clear()
-        cache = torch.zeros(len(layers), 1, 1, keys, hd)
-        model._gemma_stack(layers, dims, torch.randn(1, seq, dims.expert_width), heads,
-                           cos[2:], sin[2:], cache, cache.clone(), 2, torch.zeros(1, keys))
-        return [(id(weight), None if following is None else id(following))
-                for weight, following in calls]
-
-    monkeypatch.setattr(model.gemm, 'linear', recording_linear)
-    chain = []
-    for index, layer in enumerate(layers):
-        following = layers[(index + 1) % len(layers)].qkv_w
-        chain += [(layer.qkv_w, layer.out_w), (layer.out_w, layer.gate_up_w),
-                  (layer.gate_up_w, layer.down_w), (layer.down_w, following)]
-    monkeypatch.setattr(kernel_configs, 'PREFETCH_NEXT_WEIGHTS', 'qkv,o,gate_up,down')
-    assert run_stack() == [(id(weight), id(following)) for weight, following in chain]
-    monkeypatch.setattr(kernel_configs, 'PREFETCH_NEXT_WEIGHTS', 'o')
-    assert run_stack() == [(id(weight), id(following) if weight is chain[1][0] or
-                            weight is chain[5][0] else None) for weight, following in chain]
-    for none in ('', None):
-        monkeypatch.setattr(kernel_configs, 'PREFETCH_NEXT_WEIGHTS', none)
-        assert run_stack() == [(id(weight), None) for weight, _ in chain]
-
-
-def test_next_weight_prefetch_covers_the_weight_in_whole_lines_one_request_per_thread():
-    for size, programs, warps in ((8192 * 1024, 256, 4), (1024 * 4096, 128, 8),
-                                  (2560 * 1024, 128, 4), (1024 * 2048, 160, 4), (64, 7, 4)):
-        weight = torch.empty(size // 2, dtype=torch.bfloat16)
-        tensor, per_program, chunk = gemm._next_prefetch(weight, True, programs, warps)
-        assert tensor is weight and chunk % 128 == 0 and chunk >= 128
-        assert 1 <= per_program <= 32 * warps
-        assert per_program * programs * chunk >= size  # every byte asked for
-        assert (per_program - 1) * programs * chunk < size  # and no program idles for nothing
-    weight = torch.empty(1024, 1024, dtype=torch.bfloat16)
-    assert gemm._next_prefetch(weight, False, 128, 4) == (None, 0, 0)  # not under PDL
-    assert gemm._next_prefetch(None, True, 128, 4) == (None, 0, 0)
-    assert gemm._next_prefetch(weight[:, 1:], True, 128, 4) == (None, 0, 0)  # not contiguous
-
-
 def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
     from pi0_ros.bench import apply_kernel_config
 
@@ -233,22 +182,6 @@ def test_skinny_linear_on_the_gpu_at_full_size(rows, n_out, depth, gelu_mul, pdl
             gemm.skinny_linear(x, weight, config=config, out=added, atomic_add=True)
             error = (added - stream - expected).abs().max().item() / expected.abs().max().item()
             assert error < 1e-2, ('atomic', config, error)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
-def test_skinny_linear_prefetching_the_next_weight_gives_the_same_result(n_out, depth, gelu_mul,
-                                                                         monkeypatch):
-    monkeypatch.setattr(kernel_configs, 'PDL', True)
-    torch.manual_seed(0)
-    x = torch.randn(51, depth, dtype=torch.bfloat16, device='cuda')
-    weight = torch.randn(2 * n_out if gelu_mul else n_out, depth, dtype=torch.bfloat16,
-                         device='cuda') * 0.03
-    following = torch.randn(8192, 1024, dtype=torch.bfloat16, device='cuda')  # 16 MiB
-    plain = gemm.skinny_linear(x, weight, gelu_mul=gelu_mul)
-    prefetching = gemm.skinny_linear(x, weight, gelu_mul=gelu_mul, prefetch_next=following)
-    torch.cuda.synchronize()
-    assert torch.equal(plain, prefetching)
 
 
 @pytest.mark.gpu

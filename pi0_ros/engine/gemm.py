@@ -29,35 +29,22 @@ if triton is not None:
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from pi0_ros.engine.kernels import bulk_prefetch_l2, gelu_tanh, pdl_enter, prefetch_l2
+    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
 
     @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
                               k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               rows_per_group, stride_xg, stride_og, accumulate_scale,
-                              next_ptr, next_bytes, next_chunk, next_per_program,
                               GELU_MUL: tl.constexpr, SILU: tl.constexpr,
                               HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
                               PARTIAL: tl.constexpr, ACCUMULATE: tl.constexpr,
                               ATOMIC: tl.constexpr, FLOAT32: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
-                              LINE_ELEMENTS: tl.constexpr, NEXT_THREADS: tl.constexpr,
-                              USE_PDL: tl.constexpr):
+                              LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
         block_m, block_n, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         cols = (block_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
         start = split * k_per_split
-        if USE_PDL and NEXT_THREADS > 0:
-            # The next projection's weight, shared out over the programs in next_chunk-byte
-            # requests to the TMA unit: it streams into L2 while the kernels before it run.
-            # One element per thread (NEXT_THREADS = the program's threads), so no request is
-            # issued twice; threads beyond next_per_program issue none.
-            program = (split * tl.num_programs(1) + block_n) * tl.num_programs(0) + block_m
-            index = tl.arange(0, NEXT_THREADS)
-            offsets = (program * next_per_program + index).to(tl.int64) * next_chunk
-            sizes = tl.minimum(tl.maximum(next_bytes - offsets, 0), next_chunk)
-            sizes = tl.where(index < next_per_program, sizes, 0).to(tl.int32)
-            bulk_prefetch_l2(next_ptr.to(tl.pointer_type(tl.int8)) + offsets, sizes)
         if USE_PDL and PREFETCH_LINES > 0:
             # The weights do not depend on the previous kernel: start streaming this program's
             # slab into L2 while that kernel finishes, then wait for its activations.
@@ -245,7 +232,7 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
                   gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
                   out: torch.Tensor = None, accumulate_scale: float = None,
-                  atomic_add: bool = False, prefetch_next=None) -> torch.Tensor:
+                  atomic_add: bool = False) -> torch.Tensor:
     """
     Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
@@ -258,9 +245,7 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
     out += accumulate_scale * result (float32). With atomic_add, every program adds its share
     (its K split's partial sum) into out (float32) with atomics, in no fixed order, whatever
-    the split: nothing is left for a consumer to add up. prefetch_next (a weight tensor or
-    Fp8Weight): under PDL at most kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS rows, the programs
-    have the TMA unit bring it into L2 before they wait (the next projection's weights).
+    the split: nothing is left for a consumer to add up.
     """
     scale = weight.scale if isinstance(weight, Fp8Weight) else None
     weight = weight.data if isinstance(weight, Fp8Weight) else weight
@@ -299,9 +284,6 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     lines = k_per_split // line_elements
     pdl = kernels.use_pdl(x)
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
-    next_weight, next_per_program, next_chunk = _next_prefetch(
-        prefetch_next, pdl and rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS,
-        grid[0] * grid[1] * grid[2], config.num_warps)
     _skinny_linear_kernel[grid](
         x, weight, scale if scale is not None else weight, bias if bias is not None else weight,
         out, rows, k_per_split, n_out, x3.stride(1), weight.stride(0),
@@ -309,38 +291,15 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
         x3.stride(0),
         per_group * n_out if partial else out3.stride(0),
         0.0 if accumulate_scale is None else float(accumulate_scale),
-        next_weight if next_weight is not None else weight,
-        0 if next_weight is None else next_weight.numel() * next_weight.element_size(),
-        next_chunk, next_per_program,
         GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
         PARTIAL=partial, ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
                                  and lines & (lines - 1) == 0) else 0,
-        LINE_ELEMENTS=line_elements,
-        NEXT_THREADS=0 if next_weight is None else 32 * config.num_warps, USE_PDL=pdl,
-        num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
+        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
+        num_stages=config.num_stages, launch_pdl=pdl)
     return out
-
-
-def _next_prefetch(weight, enabled: bool, programs: int, num_warps: int) -> tuple:
-    """
-    (tensor, requests per program, bytes per request) of a next-weight prefetch; (None, 0, 0).
-
-    Requests of kernel_configs.PREFETCH_NEXT_CHUNK bytes (fewer, larger ones where that many
-    would not cover the weight, at most one per thread) shared out over the programs.
-    """
-    weight = weight.data if isinstance(weight, Fp8Weight) else weight
-    if not enabled or weight is None or not weight.is_contiguous() \
-            or weight.data_ptr() % 16 or (weight.numel() * weight.element_size()) % 16:
-        return None, 0, 0
-    size = weight.numel() * weight.element_size()
-    threads = 32 * num_warps
-    chunk = max(kernel_configs.PREFETCH_NEXT_CHUNK, -(-size // (programs * threads)))
-    chunk = -(-chunk // 128) * 128
-    requests = -(-size // chunk)
-    return weight, -(-requests // programs), chunk
 
 
 def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:
@@ -471,7 +430,7 @@ def _gelu_mul(gate_up: torch.Tensor, fp8_out: bool = False):
 
 
 def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
-           add_into: torch.Tensor = None, prefetch_next=None) -> 'torch.Tensor | None':
+           add_into: torch.Tensor = None) -> 'torch.Tensor | None':
     """
     Project x by a Gemma layer's weight, with the fastest measured kernel.
 
@@ -482,8 +441,7 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
     (see skinny_linear); consumers accept both. add_into (float32 [M, N], the residual stream):
     where the skinny kernel splits K over at most kernel_configs.SKINNY_ATOMIC_MAX_ROWS rows, its
     programs add their sums into it with atomics and None is returned; otherwise the result is
-    returned for the caller to add. prefetch_next: the weight of the projection after this one,
-    which the skinny kernel may bring into L2 ahead of it (skinny_linear).
+    returned for the caller to add.
     """
     fp8 = isinstance(weight, Fp8Weight)
     if use_skinny(x, weight):
@@ -494,11 +452,9 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
         if config is not None and supports(x.shape[0], weight, config, gelu_mul):
             if (add_into is not None and not gelu_mul and config.split_k > 1
                     and x.shape[0] <= kernel_configs.SKINNY_ATOMIC_MAX_ROWS):
-                skinny_linear(x, weight, config=config, out=add_into, atomic_add=True,
-                              prefetch_next=prefetch_next)
+                skinny_linear(x, weight, config=config, out=add_into, atomic_add=True)
                 return None
-            return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config,
-                                 prefetch_next=prefetch_next)
+            return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
     if gelu_mul and (config := use_gelu_mul_gemm(x, weight)) is not None:
         return gelu_mul_gemm(x, weight, config)
     if fp8:

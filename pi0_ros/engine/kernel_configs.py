@@ -26,16 +26,6 @@ PDL_LAUNCH_FIRST = 'norm'
 # but 15.22 -> 15.43 ms at batch 8 (408-row launches), so batch 1's 51 rows only.
 PREFETCH_WEIGHTS_MAX_ROWS = 64
 
-# With PDL, in launches of at most PREFETCH_WEIGHTS_MAX_ROWS rows: the expert projections named
-# here ('qkv', 'o', 'gate_up', 'down', comma-separated; '' or None = none) have the TMA unit
-# bring the next projection's whole weight into L2 (cp.async.bulk.prefetch, a few instructions
-# per program, before their PDL wait): qkv -> o, o -> gate_up, gate_up -> down, down -> the next
-# layer's qkv, so each weight streams in while the kernels before it run. To be measured.
-PREFETCH_NEXT_WEIGHTS = ''
-
-# Bytes per bulk prefetch request of PREFETCH_NEXT_WEIGHTS (a multiple of 128: whole L2 lines).
-PREFETCH_NEXT_CHUNK = 4096
-
 # With PDL: the split-key (suffix) attention's first row block of each split asks for that
 # split's keys and values in L2 before it waits for the previous kernel (the RoPE kernel), at
 # batches up to this (0 = never): the prefix's cache rows (most likely evicted by the weights

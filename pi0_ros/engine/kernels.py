@@ -69,11 +69,6 @@ def launch_first(kernel: str) -> bool:
     return kernel in (kernel_configs.PDL_LAUNCH_FIRST or '').split(',')
 
 
-def prefetches_next(projection: str) -> bool:
-    """Tell whether a skinny projection ('qkv', 'o', 'gate_up', 'down') prefetches the next."""
-    return projection in (kernel_configs.PREFETCH_NEXT_WEIGHTS or '').split(',')
-
-
 def tma_available() -> bool:
     """Tell whether this process's default CUDA device runs the TMA kernels (the planner)."""
     return triton is not None and torch.cuda.is_available() and _hopper_or_newer(
@@ -103,18 +98,6 @@ if triton is not None:
         """Ask for these addresses' cache lines in L2 (no registers, nothing waits on it)."""
         tl.inline_asm_elementwise('prefetch.global.L2 [$1]; // dummy $0', '=r,l', [ptrs],
                                   dtype=tl.int32, is_pure=False, pack=1)
-
-    @triton.jit
-    def bulk_prefetch_l2(ptrs, sizes):
-        """
-        Have the TMA unit bring these byte ranges into L2 (one instruction each; Hopper+).
-
-        sizes are multiples of 16 bytes (0 = no request); nothing waits on the prefetch.
-        """
-        tl.inline_asm_elementwise(
-            '{ .reg .pred p; setp.ne.s32 p, $2, 0; '
-            '@p cp.async.bulk.prefetch.L2.global [$1], $2; } // dummy $0',
-            '=r,l,r', [ptrs, sizes], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
     def gelu_tanh(x):

@@ -406,17 +406,12 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     # the MLP's gate/up output plus its GELU product, which sets the memory a batch needs
     # (pi0_ros.engine.memory models exactly this).
     pending = None
-
-    def after(projection: str, weight):
-        # The weight the skinny kernel of this projection may bring into L2 ahead of its use.
-        return weight if kernels.prefetches_next(projection) else None
-
     for index, layer in enumerate(layers):
         if before_layer is not None:
             before_layer(index)
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
         del pending
-        qkv = gemm.linear(normed, layer.qkv_w, prefetch_next=after('qkv', layer.out_w))
+        qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
         kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys, values,
@@ -431,8 +426,7 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
                              cache_k[index, :b, 0, :start + seq],
                              cache_v[index, :b, 0, :start + seq], bias, hd ** -0.5,
                              state_rows=heads if state_keys else 0, state_keys=state_keys)
-        projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w, add_into=stream,
-                                prefetch_next=after('o', layer.gate_up_w))
+        projected = gemm.linear(attended.view(rows, heads * hd), layer.out_w, add_into=stream)
         del attended
         if fp8_mlp and isinstance(layer.gate_up_w, gemm.Fp8Weight):
             kernels.add_rms_norm(stream, projected, normed8, dims.rms_norm_eps,
@@ -442,12 +436,8 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
         else:
             kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
             del projected
-            hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True,
-                                 prefetch_next=after('gate_up', layer.down_w))
-            # After the last layer: the first one's, which the next denoising step runs.
-            following = layers[(index + 1) % len(layers)].qkv_w
-            pending = gemm.linear(hidden, layer.down_w, add_into=stream,
-                                  prefetch_next=after('down', following))
+            hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
+            pending = gemm.linear(hidden, layer.down_w, add_into=stream)
             del hidden
     if final_out is not None:
         kernels.add_rms_norm(stream, pending, final_out.view(rows, width), dims.rms_norm_eps)
