@@ -27,7 +27,7 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
-                                   'attention', 'resize_frames', 'fp8_rows',
+                                   'attention', 'self_attention', 'resize_frames', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path',
                                    'expert_layer_kernel'])
 def test_kernel_in_the_interpreter(check):
@@ -412,6 +412,22 @@ def test_attention_on_the_gpu_at_full_size(kind, dtype):
                               -1) @ v.float()
     out = attention.attention(q, k, v, bias, scale, state_rows, state_keys, shape=kind)
     assert (out.float() - reference).abs().max().item() < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('images', [1, 3, 24])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_vision_self_attention_on_the_gpu_at_the_siglip_shape(images, dtype, monkeypatch):
+    monkeypatch.setattr(kernel_configs, 'VISION_ATTENTION_TRITON', True)
+    torch.manual_seed(4)
+    tokens, heads, dims = 256, 16, 72
+    qkv = torch.randn(images, tokens, 3 * heads * dims, dtype=dtype, device='cuda')
+    q, k, v = qkv.float().view(images, tokens, 3, heads, dims).permute(2, 0, 3, 1, 4)
+    expected = F.scaled_dot_product_attention(q, k, v).transpose(1, 2) \
+        .reshape(images * tokens, heads * dims)
+    out = attention.self_attention(qkv, heads, dims ** -0.5)
+    assert out.dtype == dtype and out.shape == expected.shape
+    assert (out.float() - expected).abs().max().item() < 2e-2
 
 
 def test_patch_embedding_is_the_strided_convolution():

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import gemm, kernel_configs, kernels
-from pi0_ros.engine.attention import _launch, dense_mask, key_bias
+from pi0_ros.engine.attention import _launch, dense_mask, key_bias, self_attention
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 
@@ -194,6 +194,21 @@ def check_attention():
                 out = _launch(q, k, v, bias, scale, heads, prefix + 1, config)
                 assert out.dtype == dtype and out.shape == q.shape
                 close(out, reference, tolerance, f'attention {batch} {prefix} {config}')
+
+
+def check_self_attention():
+    torch.manual_seed(4)
+    kernel_configs.VISION_ATTENTION_TRITON = True
+    for images, tokens, heads, dims in ((2, 20, 3, 24), (1, 33, 2, 16)):  # 24: padded to 32
+        qkv = torch.randn(images, tokens, 3 * heads * dims, dtype=torch.float16)
+        q, k, v = qkv.float().view(images, tokens, 3, heads, dims).permute(2, 0, 3, 1, 4)
+        expected = F.scaled_dot_product_attention(q, k, v).transpose(1, 2) \
+            .reshape(images * tokens, heads * dims)
+        out = self_attention(qkv, heads, dims ** -0.5)
+        assert out.dtype == torch.float16 and out.shape == expected.shape
+        close(out, expected, 3e-3, f'self_attention {images} {tokens} {heads} {dims}')
+    kernel_configs.VISION_ATTENTION_TRITON = False
+    assert self_attention(qkv, 2, 0.25) is None  # switched off: the caller's SDPA
 
 
 def check_resize_frames():

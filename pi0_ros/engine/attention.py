@@ -29,24 +29,36 @@ if triton is not None:
     from pi0_ros.engine.kernels import pdl_enter, prefetch_l2
 
     @triton.jit
+    def _load_rows(ptrs, row_ok, dims, VALID_DIMS: tl.constexpr, CACHE: tl.constexpr):
+        # A [rows, HEAD_DIM] tile; with VALID_DIMS > 0 the padding dims read as 0.
+        if VALID_DIMS > 0:
+            return tl.load(ptrs, mask=row_ok[:, None] & (dims < VALID_DIMS)[None, :], other=0.0,
+                           cache_modifier=CACHE)
+        else:
+            return tl.load(ptrs, mask=row_ok[:, None], other=0.0, cache_modifier=CACHE)
+
+    @triton.jit
     def attend_block(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, part_o_ptr, part_m_ptr,
                      part_l_ptr, block_m, split, batch, n_splits, n_queries, n_keys,
                      keys_per_split, scale_log2, state_rows, state_keys, stride_qb, stride_qm,
                      stride_kb, stride_kn, stride_vb, stride_vn, stride_bias_b, stride_ob,
                      stride_om, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, CACHE: tl.constexpr):
+                     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, CACHE: tl.constexpr,
+                     VALID_DIMS: tl.constexpr = 0, MASKED: tl.constexpr = True):
         """
         One block of BLOCK_M query rows over one split of the keys (online softmax).
 
         SPLIT: write the float32 partials (o, running max, sum) of this split for merge_rows;
         else the normalized output. CACHE is the load cache modifier of the queries, keys and
-        values ('.cg' when other programs of the same launch wrote them).
+        values ('.cg' when other programs of the same launch wrote them). VALID_DIMS > 0: heads
+        of that many dims, padded to the power of two HEAD_DIM (the rest is neither read nor
+        written). MASKED False: no key bias and no state rows (bias_ptr is not read).
         """
         rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, HEAD_DIM)
         row_ok = rows < n_queries
-        q = tl.load(q_ptr + batch * stride_qb + rows[:, None] * stride_qm + dims[None, :],
-                    mask=row_ok[:, None], other=0.0, cache_modifier=CACHE)
+        q = _load_rows(q_ptr + batch * stride_qb + rows[:, None] * stride_qm + dims[None, :],
+                       row_ok, dims, VALID_DIMS, CACHE)
         state_row = rows[:, None] < state_rows
         m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -56,21 +68,26 @@ if triton is not None:
         for key_start in range(start, stop, BLOCK_N):
             keys = key_start + tl.arange(0, BLOCK_N)
             key_ok = keys < stop
-            k = tl.load(k_ptr + batch * stride_kb + keys[:, None] * stride_kn + dims[None, :],
-                        mask=key_ok[:, None], other=0.0, cache_modifier=CACHE)
-            bias = tl.load(bias_ptr + batch * stride_bias_b + keys, mask=key_ok,
-                           other=float('-inf'))
+            k = _load_rows(k_ptr + batch * stride_kb + keys[:, None] * stride_kn + dims[None, :],
+                           key_ok, dims, VALID_DIMS, CACHE)
             # Scores in the log2 domain (exp2 below); masked keys are -inf.
-            scores = tl.dot(q, tl.trans(k)) * scale_log2 + bias[None, :]
-            scores = tl.where(state_row & (keys[None, :] >= state_keys), float('-inf'), scores)
+            scores = tl.dot(q, tl.trans(k)) * scale_log2
+            if MASKED:
+                bias = tl.load(bias_ptr + batch * stride_bias_b + keys, mask=key_ok,
+                               other=float('-inf'))
+                scores += bias[None, :]
+                scores = tl.where(state_row & (keys[None, :] >= state_keys), float('-inf'),
+                                  scores)
+            else:
+                scores = tl.where(key_ok[None, :], scores, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(scores, 1))
             # Rows whose keys so far are all masked keep a finite reference (no inf - inf).
             m_ref = tl.where(m_new == float('-inf'), 0.0, m_new)
             alpha = tl.exp2(m_i - m_ref)
             p = tl.exp2(scores - m_ref[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + batch * stride_vb + keys[:, None] * stride_vn + dims[None, :],
-                        mask=key_ok[:, None], other=0.0, cache_modifier=CACHE)
+            v = _load_rows(v_ptr + batch * stride_vb + keys[:, None] * stride_vn + dims[None, :],
+                           key_ok, dims, VALID_DIMS, CACHE)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if SPLIT:
@@ -81,8 +98,11 @@ if triton is not None:
             tl.store(part_l_ptr + part, l_i, mask=row_ok)
         else:
             out = acc / l_i[:, None]
+            store_ok = row_ok[:, None]
+            if VALID_DIMS > 0:
+                store_ok = store_ok & (dims < VALID_DIMS)[None, :]
             tl.store(out_ptr + batch * stride_ob + rows[:, None] * stride_om + dims[None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+                     out.to(out_ptr.dtype.element_ty), mask=store_ok)
 
     @triton.jit
     def merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, row0, batch, n_queries,
@@ -148,6 +168,53 @@ if triton is not None:
         merge_rows(part_o_ptr, part_m_ptr, part_l_ptr, out_ptr, tl.program_id(0) * ROWS,
                    tl.program_id(1), n_queries, stride_ob, stride_om, N_SPLITS, HEAD_DIM, ROWS,
                    '')
+
+    @triton.jit
+    def _self_attention_kernel(qkv_ptr, out_ptr, n_tokens, scale_log2,
+                               stride_qkv_image, stride_qkv_token, stride_out_image,
+                               stride_out_token, HEADS: tl.constexpr, DIMS: tl.constexpr,
+                               HEAD_DIM: tl.constexpr, VALID_DIMS: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               USE_PDL: tl.constexpr):
+        # One block of query rows of one head of one image; q | k | v side by side per token.
+        image, head = tl.program_id(1) // HEADS, tl.program_id(1) % HEADS
+        q_ptr = qkv_ptr + image.to(tl.int64) * stride_qkv_image + head * DIMS
+        pdl_enter(USE_PDL)
+        attend_block(q_ptr, q_ptr + HEADS * DIMS, q_ptr + 2 * HEADS * DIMS, q_ptr,
+                     out_ptr + image.to(tl.int64) * stride_out_image + head * DIMS,
+                     out_ptr, out_ptr, out_ptr, tl.program_id(0), 0, 0, 1, n_tokens, n_tokens,
+                     n_tokens, scale_log2, 0, 0, 0, stride_qkv_token, 0, stride_qkv_token, 0,
+                     stride_qkv_token, 0, 0, stride_out_token, HEAD_DIM, BLOCK_M, BLOCK_N, False,
+                     '', VALID_DIMS, False)
+
+
+def self_attention(qkv: torch.Tensor, heads: int, scale: float) -> 'torch.Tensor | None':
+    """
+    Return unmasked multi-head self-attention of qkv [k, n, 3W] as [k * n, W] (or None).
+
+    q | k | v side by side per token, heads of W / heads dims; the heads of the result side by
+    side (SigLIP's attention, before its out projection).
+
+    One Triton launch (no layout copies; heads padded to a power of two in registers) where
+    kernel_configs.VISION_ATTENTION_TRITON is on and the Triton kernels run in half precision;
+    None otherwise (the caller uses PyTorch's SDPA).
+    """
+    images, tokens, width3 = qkv.shape
+    width = width3 // 3
+    dims = width // heads
+    if not (kernel_configs.VISION_ATTENTION_TRITON and kernels.use_triton(qkv)
+            and qkv.dtype != torch.float32 and qkv.stride(-1) == 1 and dims >= 16):
+        return None
+    config = kernel_configs.attention_config('vision', images)
+    out = torch.empty(images * tokens, width, dtype=qkv.dtype, device=qkv.device)
+    pdl = kernels.use_pdl(qkv)
+    _self_attention_kernel[(triton.cdiv(tokens, config['block_m']), images * heads)](
+        qkv, out, tokens, scale * LOG2E, qkv.stride(0), qkv.stride(1), tokens * width, width,
+        HEADS=heads, DIMS=dims, HEAD_DIM=triton.next_power_of_2(dims),
+        VALID_DIMS=0 if dims & (dims - 1) == 0 else dims, BLOCK_M=config['block_m'],
+        BLOCK_N=config['block_n'], USE_PDL=pdl, num_warps=config['num_warps'],
+        num_stages=config['num_stages'], launch_pdl=pdl)
+    return out
 
 
 def key_bias(key_mask: torch.Tensor, extra_keys: int = 0) -> torch.Tensor:
@@ -239,4 +306,4 @@ def _launch(queries, keys, values, bias, scale, state_rows, state_keys, config):
     return out
 
 
-__all__ = ['attention', 'dense_mask', 'key_bias']
+__all__ = ['attention', 'dense_mask', 'key_bias', 'self_attention']

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import torch
 
-from pi0_ros.engine import gemm
+from pi0_ros.engine import gemm, kernel_configs
 from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
 from pi0_ros.engine.errors import EngineError, InputError, NonFiniteOutputError
 from pi0_ros.engine.kernels import use_triton
@@ -253,10 +253,11 @@ class Pi0Engine:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
-        # The first denoising step's stream and its per-layer waits on the prefix (a
-        # high-priority stream: its short kernels go before queued prefix blocks).
-        self._overlap_stream = (torch.cuda.Stream(device=dev, priority=-1)
-                                if self._is_cuda and o.overlap_first_step else None)
+        # The first denoising step's stream and its per-layer waits on the prefix (at
+        # kernel_configs.FIRST_STEP_STREAM_PRIORITY).
+        overlap = self._is_cuda and o.overlap_first_step
+        self._overlap_stream = (torch.cuda.Stream(
+            device=dev, priority=kernel_configs.FIRST_STEP_STREAM_PRIORITY) if overlap else None)
         self._layer_events = ([torch.cuda.Event() for _ in range(d.expert_depth)]
                               if self._overlap_stream is not None else None)
         if self._is_cuda:

@@ -34,6 +34,11 @@ PREFETCH_WEIGHTS_MAX_ROWS = 64
 # (6.113 -> 6.045 with the cameras encoded ahead), 13.56 -> 13.46 ms at batch 8.
 SUFFIX_KV_PREFETCH_MAX_BATCH = 8
 
+# CUDA priority of the stream that runs the first denoising step under the prefix
+# (EngineOptions.overlap_first_step): -1 = high, so its short kernels go before queued prefix
+# blocks; 0 = the prefix's (default) priority. Read when the engine is built.
+FIRST_STEP_STREAM_PRIORITY = -1
+
 # PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
 # projections), set only while the engine captures or runs its stages (gemm.preferred_blas);
 # None = PyTorch's default (cuBLAS). H200 (engine_ab, same process): cuBLASLt at batch 1
@@ -144,7 +149,14 @@ ATTENTION = {
                (4, _attention(64, 64, 256, 4, 2)), (8, _attention(128, 64, 256, 8, 2)),
                (16, _attention(64, 32, 0, 4, 3))],
     'prefix': [(1, _attention(64, 64, 0, 4, 2)), (16, _attention(128, 64, 0, 8, 2))],
+    # SigLIP's 16 heads of 72 dims (padded to 128) over 256 tokens, by image count. Not tuned.
+    'vision': [(48, _attention(64, 64, 0, 4, 2))],
 }
+
+# SigLIP's attention as one Triton launch (attention.self_attention: reads the fused qkv
+# product in place, writes the heads side by side) instead of PyTorch's SDPA (cuDNN, with a
+# memset node before each launch in the graphs and the layout views around it). To be measured.
+VISION_ATTENTION_TRITON = False
 
 
 def attention_config(shape: str, batch: int) -> dict:

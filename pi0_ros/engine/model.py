@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
-from pi0_ros.engine.attention import attention, key_bias
+from pi0_ros.engine.attention import attention, key_bias, self_attention
 from pi0_ros.engine.config import ModelDims
 
 
@@ -349,10 +349,15 @@ def vision_forward(w: Pi0Weights, dims: ModelDims, pixels: torch.Tensor,
     for layer in w.vision_layers:
         kernels.add_layer_norm(stream, pending, normed, dims.layer_norm_eps)
         del pending
-        qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3, heads, width // heads)
-        q, key, val = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n, width)
-        del qkv, q, key, val
+        qkv = F.linear(normed, layer.qkv_w, layer.qkv_b).view(k, n, 3 * width)
+        a = self_attention(qkv, heads, (width // heads) ** -0.5)
+        if a is None:
+            q, key, val = qkv.view(k, n, 3, heads, width // heads).permute(2, 0, 3, 1, 4) \
+                .unbind(0)
+            a = F.scaled_dot_product_attention(q, key, val).transpose(1, 2).reshape(k * n,
+                                                                                    width)
+            del q, key, val
+        del qkv
         kernels.add_layer_norm(stream, F.linear(a, layer.out_w, layer.out_b), normed,
                                dims.layer_norm_eps)
         del a
