@@ -415,12 +415,14 @@ def test_attention_on_the_gpu_at_full_size(kind, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('images', [1, 3, 24])
+@pytest.mark.parametrize('images', [1, 3])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_vision_self_attention_on_the_gpu_at_the_siglip_shape(images, dtype, monkeypatch):
     monkeypatch.setattr(kernel_configs, 'VISION_ATTENTION_TRITON', True)
     torch.manual_seed(4)
     tokens, heads, dims = 256, 16, 72
+    many = torch.zeros(24, tokens, 3 * heads * dims, dtype=dtype, device='cuda')
+    assert attention.self_attention(many, heads, dims ** -0.5) is None  # batch 8: SDPA
     qkv = torch.randn(images, tokens, 3 * heads * dims, dtype=dtype, device='cuda')
     q, k, v = qkv.float().view(images, tokens, 3, heads, dims).permute(2, 0, 3, 1, 4)
     expected = F.scaled_dot_product_attention(q, k, v).transpose(1, 2) \

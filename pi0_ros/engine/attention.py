@@ -196,16 +196,17 @@ def self_attention(qkv: torch.Tensor, heads: int, scale: float) -> 'torch.Tensor
     side (SigLIP's attention, before its out projection).
 
     One Triton launch (no layout copies; heads padded to a power of two in registers) where
-    kernel_configs.VISION_ATTENTION_TRITON is on and the Triton kernels run in half precision;
-    None otherwise (the caller uses PyTorch's SDPA).
+    kernel_configs.VISION_ATTENTION_TRITON is on, ATTENTION['vision'] covers the image count
+    and the Triton kernels run in half precision; None otherwise (the caller uses SDPA).
     """
     images, tokens, width3 = qkv.shape
     width = width3 // 3
     dims = width // heads
-    if not (kernel_configs.VISION_ATTENTION_TRITON and kernels.use_triton(qkv)
+    config = next((config for max_images, config in kernel_configs.ATTENTION['vision']
+                   if images <= max_images), None)
+    if not (kernel_configs.VISION_ATTENTION_TRITON and config and kernels.use_triton(qkv)
             and qkv.dtype != torch.float32 and qkv.stride(-1) == 1 and dims >= 16):
         return None
-    config = kernel_configs.attention_config('vision', images)
     out = torch.empty(images * tokens, width, dtype=qkv.dtype, device=qkv.device)
     pdl = kernels.use_pdl(qkv)
     _self_attention_kernel[(triton.cdiv(tokens, config['block_m']), images * heads)](
