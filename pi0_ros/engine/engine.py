@@ -255,7 +255,6 @@ class Pi0Engine:
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
         # The first denoising step's stream and its per-layer waits on the prefix (at
         # kernel_configs.FIRST_STEP_STREAM_PRIORITY).
-        self._priority_capture_stream = None
         overlap = self._is_cuda and o.overlap_first_step
         self._overlap_stream = (torch.cuda.Stream(
             device=dev, priority=kernel_configs.FIRST_STEP_STREAM_PRIORITY) if overlap else None)
@@ -422,13 +421,7 @@ class Pi0Engine:
                 function()
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        # Kernels keep the priority of the stream they were captured on.
-        priority = kernel_configs.PREFIX_STREAM_PRIORITY if stage == 'prefix' else 0
-        if priority and self._priority_capture_stream is None:
-            self._priority_capture_stream = torch.cuda.Stream(device=self.device,
-                                                              priority=priority)
-        with torch.cuda.graph(graph, pool=self._graph_pool,
-                              stream=self._priority_capture_stream if priority else None):
+        with torch.cuda.graph(graph, pool=self._graph_pool):
             function()
         self._graphs[(stage, size)] = graph
         self._graph_thread = threading.get_ident()

@@ -38,12 +38,10 @@ SUFFIX_KV_PREFETCH_MAX_BATCH = 8
 # (EngineOptions.overlap_first_step): -1 = high, so its short kernels go before queued prefix
 # blocks; 0 = the prefix's (default) priority. Read when the engine is built. H200 (session
 # 14, engine_ab, same process): 0 instead of -1: prefix stage 5.578 -> 5.457 ms at batch 1
-# (p50 13.99 -> 13.86), denoise unchanged; batch 8 p50 68.59 -> 68.60.
+# (p50 13.99 -> 13.86), denoise unchanged, batch 8 p50 68.59 -> 68.60; reversed 5.496 against
+# 5.611 (p50 14.24 / 14.37). The prefix's graph captured at high priority instead (its blocks
+# first): prefix 5.498 -> 5.459 at batch 1, batch 8 p50 69.26 -> 69.38: not kept.
 FIRST_STEP_STREAM_PRIORITY = 0
-
-# CUDA priority the prefix stage's graph is captured at (0 = default; -1 = high: its blocks go
-# before the first step's). To be measured.
-PREFIX_STREAM_PRIORITY = 0
 
 # PyTorch's BLAS library for the engine's half-precision cuBLAS GEMMs (the prefix and vision
 # projections), set only while the engine captures or runs its stages (gemm.preferred_blas);
@@ -156,14 +154,19 @@ ATTENTION = {
                (16, _attention(64, 32, 0, 4, 3))],
     'prefix': [(1, _attention(64, 64, 0, 4, 2)), (16, _attention(128, 64, 0, 8, 2))],
     # SigLIP's 16 heads of 72 dims (padded to 128) over 256 tokens, by image count (more
-    # images than the last entry: PyTorch's SDPA). Not tuned.
+    # images than the last entry: PyTorch's SDPA). H200 (session 14, engine_ab at batch 1, 3
+    # images): vision 2.088 -> 2.075 ms with these tiles; 128 rows x 8 warps 2.093 -> 2.079,
+    # 32 rows 2.098 -> 2.188, 128-key blocks 2.092 -> 2.141.
     'vision': [(3, _attention(64, 64, 0, 4, 2))],
 }
 
 # SigLIP's attention as one Triton launch (attention.self_attention: reads the fused qkv
 # product in place, writes the heads side by side) instead of PyTorch's SDPA (cuDNN, with a
-# memset node before each launch in the graphs and the layout views around it). To be measured.
-VISION_ATTENTION_TRITON = False
+# memset node before each launch in the graphs), where ATTENTION['vision'] covers the image
+# count. H200 (session 14, engine_ab): vision 2.095 -> 2.066 ms at batch 1 (3 cameras), one
+# camera 1.327 -> 1.266 (encoded ahead: 1.736 -> 1.687 ms per camera); at batch 8 (24
+# images) 12.11 -> 12.60, so SDPA there.
+VISION_ATTENTION_TRITON = True
 
 
 def attention_config(shape: str, batch: int) -> dict:
