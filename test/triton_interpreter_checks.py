@@ -209,6 +209,23 @@ def check_self_attention():
         close(out, expected, 3e-3, f'self_attention {images} {tokens} {heads} {dims}')
     kernel_configs.VISION_ATTENTION_TRITON = False
     assert self_attention(qkv, 2, 0.25) is None  # switched off: the caller's SDPA
+    # The vision tower with it (3 images) against the same tower through SDPA.
+    from pi0_ros.engine import Pi0Engine, model
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+    dims = ModelDims.tiny()
+    weights = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                               options=EngineOptions(device='cpu', precision='fp16')).weights
+    for layer in weights.vision_layers:  # attention's share of the stream large enough to see
+        layer.qkv_w.mul_(5.0)
+        layer.out_w.mul_(10.0)
+    pixels = torch.rand(3, 3, dims.image_size, dims.image_size) * 2 - 1
+    outputs = []
+    for triton_attention in (True, False):
+        kernel_configs.VISION_ATTENTION_TRITON = triton_attention
+        out = torch.empty(3, dims.tokens_per_image, dims.prefix_width, dtype=torch.float16)
+        model.vision_forward(weights, dims, pixels, out)
+        outputs.append(out.float())
+    close(outputs[0], outputs[1], 2e-3 * outputs[1].abs().max().item(), 'vision tower')
 
 
 def check_resize_frames():
