@@ -202,8 +202,7 @@ def self_attention(qkv: torch.Tensor, heads: int, scale: float) -> 'torch.Tensor
     images, tokens, width3 = qkv.shape
     width = width3 // 3
     dims = width // heads
-    config = next((config for max_images, config in kernel_configs.ATTENTION['vision']
-                   if images <= max_images), None)
+    config = kernel_configs.attention_config('vision', images, covered_only=True)
     if not (kernel_configs.VISION_ATTENTION_TRITON and config and kernels.use_triton(qkv)
             and qkv.dtype != torch.float32 and qkv.stride(-1) == 1 and dims >= 16):
         return None

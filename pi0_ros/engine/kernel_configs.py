@@ -169,7 +169,12 @@ ATTENTION = {
 VISION_ATTENTION_TRITON = True
 
 
-def attention_config(shape: str, batch: int) -> dict:
-    """Return the ATTENTION launch configuration of one shape for a batch size."""
+def attention_config(shape: str, batch: int, covered_only: bool = False) -> 'dict | None':
+    """
+    Return the ATTENTION launch configuration of one shape for a batch size.
+
+    Beyond the last entry: that entry's, or None with covered_only.
+    """
     table = ATTENTION[shape]
-    return next((config for max_batch, config in table if batch <= max_batch), table[-1][1])
+    return next((config for max_batch, config in table if batch <= max_batch),
+                None if covered_only else table[-1][1])
