@@ -101,15 +101,47 @@ class Recorder:
             self.measured.append((time.monotonic(), np.array(msg.position)[index]))
 
 
+class ProgressPrinter:
+    """
+    Print status lines at most every `interval` seconds.
+
+    On a terminal each line overwrites the last (carriage return, every 0.5 s); in a log file
+    or pipe each is its own line, every 5 s.
+    """
+
+    def __init__(self, stream=sys.stdout):
+        self.stream = stream
+        self.terminal = stream.isatty()
+        self.interval = 0.5 if self.terminal else 5.0
+        self.next_time = None
+        self.printed = False
+
+    def show(self, line: str, now: float) -> None:
+        """Print line unless the last one was printed less than `interval` ago."""
+        if self.next_time is not None and now < self.next_time:
+            return
+        self.next_time = now + self.interval
+        self.printed = True
+        print(f'\r{line}' if self.terminal else line, end='' if self.terminal else '\n',
+              file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        """End the overwritten line on a terminal; the next show() prints at once."""
+        if self.terminal and self.printed:
+            print(file=self.stream, flush=True)
+        self.next_time = None
+        self.printed = False
+
+
 def status_line(elapsed, duration, recorder):
     status = recorder.statuses[-1] if recorder.statuses else None
     if status is None:
-        return f'\r[{elapsed:5.1f}/{duration:.0f} s] waiting for the control node...'
+        return f'[{elapsed:5.1f}/{duration:.0f} s] waiting for the control node...'
     states = {0: 'disabled', 1: 'following', 2: 'holding', 3: 'E-STOP'}
     state = states.get(status.output_state, '?')
     if status.hold_reason and status.output_state != 1:
         state += f' ({status.hold_reason})'
-    return (f'\r[{elapsed:5.1f}/{duration:.0f} s] output {status.control_rate_hz:5.1f} Hz | '
+    return (f'[{elapsed:5.1f}/{duration:.0f} s] output {status.control_rate_hz:5.1f} Hz | '
             f'inference p50 {status.inference_latency_p50_ms:6.1f} ms | observation age '
             f'{status.observation_age_s * 1e3:6.0f} ms | chunks {status.chunks_produced:4d} | '
             f'{state:<28}')
@@ -279,6 +311,7 @@ def main(argv=None):
     node.create_publisher(String, 'instruction', latched).publish(String(data=args.instruction))
     failures = []
     window = (time.monotonic(), time.monotonic())
+    progress = ProgressPrinter()
     try:
         started = time.monotonic()
         while time.monotonic() - started < args.startup_timeout:
@@ -287,24 +320,22 @@ def main(argv=None):
                 break
             if not all(p.alive() for p in processes):
                 break
-            print(status_line(0.0, args.duration, recorder), end='', flush=True)
+            progress.show(status_line(0.0, args.duration, recorder), time.monotonic())
         else:
             failures.append(f'the control node did not follow the policy within '
                             f'{args.startup_timeout:.0f} s')
-        print(f'\nready after {time.monotonic() - started:.1f} s of start-up')
+        progress.finish()
+        print(f'ready after {time.monotonic() - started:.1f} s of start-up')
         begin = time.monotonic()
-        next_print = begin
         while not failures and time.monotonic() - begin < args.duration:
             rclpy.spin_once(node, timeout_sec=0.05)
-            if time.monotonic() >= next_print:
-                print(status_line(time.monotonic() - begin, args.duration, recorder), end='',
-                      flush=True)
-                next_print += 0.5
+            now = time.monotonic()
+            progress.show(status_line(now - begin, args.duration, recorder), now)
             dead = [p.name for p in processes if not p.alive()]
             if dead:
                 failures.append(f'process exited early: {", ".join(dead)}')
         window = (begin, time.monotonic())
-        print()
+        progress.finish()
     except KeyboardInterrupt:
         failures.append('interrupted')
     finally:
