@@ -31,7 +31,7 @@ lint: env
 	@$(PY) -m pytest -ra -m linter
 
 bench: env
-	@$(PY) -m pi0_ros.bench --dims tiny --device cpu --output reports/bench
+	@$(PY) -m pi0_ros.bench --dims tiny --device cpu --out reports/bench
 
 clean:
 	rm -rf build reports pi0_ros/msg pi0_ros/*.so pi0_ros/_pi0_ros_s.ep.*

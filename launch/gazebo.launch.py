@@ -6,8 +6,11 @@ Example: an arm in Gazebo (gz_ros2_control + joint_trajectory_controller) driven
 Not run in this repository's CI (Gazebo and ros2_control do not install from PyPI); it is written
 for a ROS 2 Jazzy install with ros_gz, gz_ros2_control, ros2_controllers and xacro. Your robot's
 URDF/xacro (argument `robot_description_file`) must contain a <ros2_control> block with the
-`gz_ros2_control/GazeboSimSystem` plugin, position command interfaces for the joints in
-config/ros2_controllers.yaml, and three Gazebo camera sensors whose image topics are bridged below.
+`gz_ros2_control/GazeboSimSystem` hardware, position command interfaces for the joints in
+config/ros2_controllers.yaml, the `gz_ros2_control-system` Gazebo plugin with that controllers
+file in its <parameters> element (the controller manager runs inside Gazebo and takes its update
+rate and the controllers' types from there, not from the spawners below), and three Gazebo camera
+sensors whose image topics are bridged below.
 """
 from launch import LaunchDescription
 from launch.actions import (DeclareLaunchArgument, IncludeLaunchDescription,
