@@ -7,7 +7,9 @@ Everything that arrives from outside is validated here; a bad message raises `In
 with a short reason (used as a counter key) and a detail for the log.
 """
 import array
+from collections import Counter
 from dataclasses import dataclass
+import struct
 
 from builtin_interfaces.msg import Duration, Time
 import cv2
@@ -28,6 +30,17 @@ RAW_ENCODINGS = {
     'mono8': (1, cv2.COLOR_GRAY2RGB),
 }
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+# Bytes per pixel of the largest valid compressed frame: PNG of 16-bit RGBA, stored (not
+# deflated), plus the container's headers. Only a bound on what is parsed at all: the size in
+# the image's header is what is checked against the maximum before decoding.
+MAX_COMPRESSED_BYTES_PER_PIXEL = 8
+COMPRESSED_HEADER_ALLOWANCE = 64 * 1024
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+# JPEG start-of-frame markers (baseline, progressive, lossless, ...): 0xC0-0xCF except DHT
+# (0xC4), JPG (0xC8) and DAC (0xCC); markers without a length field (RSTn, TEM, SOI).
+JPEG_FRAME_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+JPEG_STANDALONE_MARKERS = frozenset(range(0xD0, 0xD9)) | {0x01}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class InputRejected(ValueError):
@@ -97,18 +110,64 @@ def image_to_rgb(msg, max_width, max_height):
     return cv2.cvtColor(np.ascontiguousarray(pixels), conversion)
 
 
+def compressed_image_size(data) -> tuple[int, int]:
+    """
+    Return (width, height) from a PNG's or JPEG's header (bytes-like data), without decoding.
+
+    Raises InputRejected('corrupt image') when the data is neither or its header is cut short.
+    """
+    if data[:8] == PNG_SIGNATURE:
+        if len(data) < 24 or data[12:16] != b'IHDR':
+            raise InputRejected('corrupt image', 'PNG without an IHDR header')
+        return struct.unpack('>II', data[16:24])
+    if data[:2] == b'\xff\xd8':
+        position = 2
+        while position + 4 <= len(data):
+            if data[position] != 0xFF:
+                raise InputRejected('corrupt image', 'JPEG segment without a marker')
+            marker = data[position + 1]
+            if marker == 0xFF:  # fill byte
+                position += 1
+                continue
+            if marker in JPEG_STANDALONE_MARKERS:
+                position += 2
+                continue
+            if marker in JPEG_FRAME_MARKERS:
+                if position + 9 > len(data):
+                    break
+                height, width = struct.unpack('>HH', data[position + 5:position + 9])
+                return width, height
+            if marker == 0xDA:  # start of scan before any frame header
+                break
+            position += 2 + struct.unpack('>H', data[position + 2:position + 4])[0]
+        raise InputRejected('corrupt image', 'JPEG without a frame header')
+    raise InputRejected('corrupt image', 'data is neither PNG nor JPEG')
+
+
 def compressed_to_rgb(msg, max_width, max_height):
-    """Decode a sensor_msgs/CompressedImage (JPEG or PNG) to a uint8 RGB array [H, W, 3]."""
+    """
+    Decode a sensor_msgs/CompressedImage (JPEG or PNG) to a uint8 RGB array [H, W, 3].
+
+    The size in the image's header is checked before anything is decoded, so a small message
+    that claims a huge image costs nothing. EXIF orientation is ignored: the pixels are used as
+    the camera stored them, as for raw images.
+    """
     image_format = msg.format.lower()
     if not any(name in image_format for name in COMPRESSED_FORMATS):
         raise InputRejected('unsupported encoding', f"compressed format '{msg.format}'")
     if len(msg.data) == 0:
         raise InputRejected('empty image', 'no compressed data')
-    # Compressed data larger than the largest accepted raw image cannot be a valid frame.
-    if len(msg.data) > max_width * max_height * 3:
+    limit = max_width * max_height * MAX_COMPRESSED_BYTES_PER_PIXEL + COMPRESSED_HEADER_ALLOWANCE
+    if len(msg.data) > limit:
         raise InputRejected('image too large', f'{len(msg.data)} bytes of {msg.format} data')
     data = np.frombuffer(msg.data, dtype=np.uint8)
-    decoded = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    _check_size(*compressed_image_size(memoryview(data)), max_width, max_height)
+    try:
+        decoded = cv2.imdecode(data,
+                               cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    except cv2.error as error:
+        raise InputRejected('corrupt image',
+                            f'{msg.format} data does not decode: {str(error).strip()[-200:]}')
     if decoded is None:
         raise InputRejected('corrupt image', f'{msg.format} data does not decode')
     height, width = decoded.shape[:2]
@@ -150,8 +209,10 @@ class JointStateMapper:
         if names == self._cached_names:
             return self._cached_index
         if len(set(names)) != len(names):
-            duplicates = sorted({n for n in names if names.count(n) > 1})
-            raise InputRejected('duplicate joint names', ', '.join(duplicates))
+            duplicates = sorted(name for name, count in Counter(names).items() if count > 1)
+            listed = ', '.join(duplicates[:10])
+            raise InputRejected('duplicate joint names', listed + (
+                f' and {len(duplicates) - 10} more' if len(duplicates) > 10 else ''))
         position_of = {name: i for i, name in enumerate(names)}
         missing = [name for name in self.joint_names if name not in position_of]
         if missing:
@@ -167,13 +228,15 @@ class JointStateMapper:
                                 f'{len(msg.name)} names, {len(msg.position)} positions')
         index = self._index_for(msg.name)
         positions = np.asarray(msg.position, dtype=np.float64)[index]
-        if not np.all(np.isfinite(positions)):
-            bad = [self.joint_names[i] for i in np.flatnonzero(~np.isfinite(positions))]
+        # Beyond float32's range is as unusable as NaN: the engine computes in float32.
+        usable = np.abs(positions) <= FLOAT32_MAX
+        if not np.all(usable):
+            bad = [self.joint_names[i] for i in np.flatnonzero(~usable)]
             raise InputRejected('non-finite joint state', ', '.join(bad))
         velocities = None
         if len(msg.velocity) == len(msg.name):
             velocities = np.asarray(msg.velocity, dtype=np.float64)[index]
-            if not np.all(np.isfinite(velocities)):
+            if not np.all(np.abs(velocities) <= FLOAT32_MAX):
                 velocities = None
         return JointSample(stamp_to_seconds(msg.header.stamp), positions, velocities)
 

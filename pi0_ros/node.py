@@ -8,7 +8,7 @@ creates the ROS interfaces; activate starts commanding; deactivate brakes to a h
 the engine. Subscription callbacks only convert, validate and store; inference runs on the worker
 thread; commands are published by a fixed-rate timer in its own callback group.
 """
-from collections import deque
+from collections import Counter, deque
 import dataclasses
 import os
 import sys
@@ -32,8 +32,8 @@ from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
 
 from pi0_ros import diagnostics
-from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
-                             validate_trajectory)
+from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, PlannerConfig,
+                             PlannerState, validate_trajectory)
 from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
                                  image_to_rgb, InputRejected, JointStateMapper,
                                  stamp_to_nanoseconds, stamp_to_seconds, validate_instruction)
@@ -161,7 +161,12 @@ class Pi0ControlNode(LifecycleNode):
     def on_activate(self, state):
         with self._lock:
             self._active = True
-            self._planner_initialized = False
+            # A plan still executing (re-activated while the deactivation's braking runs) is
+            # continued: starting again at rest from the measured joints would stop the arm at
+            # once. Otherwise start from the measured joints, as on the first activation.
+            if not (self._planner_initialized and self._commanding
+                    and self._now() < self._planner.plan_end_time):
+                self._planner_initialized = False
             self._output_rate.reset()
         self.get_logger().info('active: commanding the arm once joint states arrive')
         return super().on_activate(state)
@@ -169,9 +174,11 @@ class Pi0ControlNode(LifecycleNode):
     def on_deactivate(self, state):
         with self._lock:
             self._active = False
-        # Brake to a hold: one last trajectory that decelerates within limits and ends at rest.
+        # Brake to a hold: one last trajectory that decelerates within limits and ends at rest;
+        # nothing while the controller was handed over (disabled and at rest: another commander
+        # may have moved the arm since the planner's last command).
         with self._output_lock:
-            if self._planner_initialized:
+            if self._planner_initialized and self._commanding:
                 self._planner.set_enabled(False)
                 self._publish_points(self._planner.step(self._now(), 'deactivated'))
         self.get_logger().info('inactive: holding')
@@ -206,9 +213,12 @@ class Pi0ControlNode(LifecycleNode):
         self._estop_latched = False
         self._enabled = True
         self._restart_plan = False
+        self._commanding = False  # the last control tick published a command
+        self._start_refused = None  # why the measured joints could not start the plan
         self._pending_results = deque(maxlen=4)  # results not yet consumed by the timer
         self._last_observation_stamp = None
         self._last_joint_state_time = None
+        self._frames_received = Counter()  # frames received per camera index
         self._chunk_sequence = 0
         self._output_rate = diagnostics.RateMeter()
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
@@ -417,19 +427,29 @@ class Pi0ControlNode(LifecycleNode):
         except InputRejected as error:
             self._reject(error, f'camera {camera}')
             return
-        frame_key = (camera, stamp_to_nanoseconds(msg.header.stamp))
-        if self._active:
+        with self._lock:
+            # The arrival count tells apart two frames of one camera with the same stamp (the
+            # synchronizer keeps the later one; the engine must not reuse the earlier one's
+            # features for it).
+            self._frames_received[index] += 1
+            frame_key = (camera, stamp_to_nanoseconds(msg.header.stamp),
+                         self._frames_received[index])
+        worker = self._worker  # None once torn down (a callback may still be running)
+        if self._active and worker is not None:
             # Encoded now if the inference thread is idle: off the critical path of the
             # observation this frame will belong to.
-            self._worker.offer_frame(index, rgb, frame_key)
+            worker.offer_frame(index, rgb, frame_key)
         with self._lock:
             matched = self._sync.add(index, stamp, (rgb, frame_key))
+            epoch = self._epoch
         if matched is not None:
-            self._on_synchronized(matched)
+            self._on_synchronized(matched, epoch)
 
-    def _on_synchronized(self, matched):
+    def _on_synchronized(self, matched, epoch):
         state = self._joint_buffer.at(matched.stamp)
         with self._lock:
+            if epoch != self._epoch:
+                return  # matched on the time base before a clock jump (or instruction change)
             self._skews.append(matched.skew)
             if state is None or self._instruction is None:
                 self._counters['observations_dropped'] += 1
@@ -450,8 +470,8 @@ class Pi0ControlNode(LifecycleNode):
         if reason is not None:
             self.get_logger().warning(f'observation dropped: {reason}',
                                       throttle_duration_sec=LOG_THROTTLE_S)
-        elif submit:
-            self._worker.submit(observation)
+        elif submit and (worker := self._worker) is not None:
+            worker.submit(observation)
 
     def _wants_inference(self):
         """Whether a new observation should go to the worker (called under the lock)."""
@@ -471,8 +491,12 @@ class Pi0ControlNode(LifecycleNode):
             self._reject(error, 'joint_states')
             return
         with self._lock:
-            self._joint_buffer.add(sample.stamp, sample.positions, sample.velocities)
-            self._last_joint_state_time = sample.stamp
+            if self._joint_buffer.add(sample.stamp, sample.positions, sample.velocities):
+                # The newest stamp seen, not the last to arrive: a late sample must not make
+                # the joint states look stale.
+                newest = self._last_joint_state_time
+                self._last_joint_state_time = (sample.stamp if newest is None
+                                               else max(newest, sample.stamp))
 
     def instruction_callback(self, msg):
         """Latch a new instruction; chunks computed for the previous one are discarded."""
@@ -487,7 +511,8 @@ class Pi0ControlNode(LifecycleNode):
             self._instruction = text
             self._epoch += 1
             epoch = self._epoch
-        self._worker.set_epoch(epoch)
+        if (worker := self._worker) is not None:
+            worker.set_epoch(epoch)
         self.get_logger().info(f"instruction (epoch {epoch}): '{text[:120]}'")
 
     def estop_callback(self, msg):
@@ -524,7 +549,10 @@ class Pi0ControlNode(LifecycleNode):
     # Results (worker thread) ---------------------------------------------------------------
     def _on_chunk_result(self, result):
         with self._lock:
-            self._pending_results.append(result)
+            # The worker checks the epoch too; one that changed while this result was on its
+            # way (a clock jump, a new instruction) is checked here, under the node's lock.
+            if result.observation.epoch == self._epoch:
+                self._pending_results.append(result)
 
     # Output (timer, fixed rate) ------------------------------------------------------------
     def control_timer_callback(self):
@@ -545,13 +573,26 @@ class Pi0ControlNode(LifecycleNode):
             observation_stamp = self._last_observation_stamp
             joint_state_time = self._last_joint_state_time
             if self._restart_plan:
-                self._restart_plan, self._planner_initialized = False, False
+                # Enabled again: a plan that stopped commanding (handed over) starts again from
+                # the measured joints; one still braking continues, without a velocity step.
+                self._restart_plan = False
+                self._planner_initialized = self._planner_initialized and self._commanding
         if not self._planner_initialized:
             # Start only from a fresh measured position: never command an arm whose position is
             # unknown or old (it may have been moved by someone else meanwhile).
             if latest_joint is None or now - latest_joint[0] > settings.joint_state_timeout:
                 return
-            self._planner.reset(latest_joint[1], now)
+            try:
+                self._planner.reset(latest_joint[1], now)
+            except OutsideLimits as error:
+                # Commanding it inside at once would be a jump: nothing is published until the
+                # arm is back within its limits (or the limits are corrected).
+                self._start_refused = str(error)
+                self.get_logger().error(f'not commanding: {error}; move the arm inside its '
+                                        'limits or correct the joint limit parameters',
+                                        throttle_duration_sec=LOG_THROTTLE_S)
+                return
+            self._start_refused = None
             self._planner.set_enabled(True)
             self._planner_initialized = True
             self._output_rate.reset()
@@ -563,9 +604,11 @@ class Pi0ControlNode(LifecycleNode):
             self._planner.clear_estop()
         self._planner.set_enabled(enabled)
         chunks = [self._accept_chunk(result, now) for result in results]
-        # Disabled and at rest: no command, the controller is free for other commanders.
-        idle = (not enabled and not estop and self._planner.state is PlannerState.DISABLED
-                and not np.any(self._planner.commanded_velocity))
+        # Disabled and at rest: no command, the controller is free for other commanders. An
+        # e-stop latched meanwhile keeps it so (it holds the policy off until ~/enable); a hold
+        # published now would be at the planner's last command, not where the arm is.
+        idle = not enabled and not np.any(self._planner.commanded_velocity)
+        self._commanding = not idle
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
@@ -662,7 +705,8 @@ class Pi0ControlNode(LifecycleNode):
             lifecycle_state='active' if self._active else 'inactive',
             engine_state=_ENGINE_STATES[worker.state], engine_detail=worker.error,
             output_state=_OUTPUT_STATES[self._planner.state],
-            hold_reason=self._planner.hold_reason or '',
+            hold_reason=(self._planner.hold_reason or '') if self._planner_initialized
+            or self._start_refused is None else self._start_refused,
             inference_latency_p50_ms=diagnostics.percentile(latencies_ms, 50),
             inference_latency_p99_ms=diagnostics.percentile(latencies_ms, 99),
             observation_age_s=(now - observation_stamp) if observation_stamp else -1.0,

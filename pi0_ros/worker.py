@@ -124,8 +124,15 @@ class InferenceWorker:
             self._wakeup.notify()
 
     def set_epoch(self, epoch):
-        """Results for observations of an older epoch (instruction, reset) are discarded."""
+        """
+        Results for observations of an older epoch (instruction, reset) are discarded.
+
+        Epochs only go forward: callbacks on several executor threads may report theirs out of
+        order, and a late, older one must not make the current epoch's results look stale.
+        """
         with self._wakeup:
+            if epoch <= self._epoch:
+                return
             self._epoch = epoch
             if self._slot is not None and self._slot.epoch != epoch:
                 self._slot = None

@@ -17,6 +17,7 @@ from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
+from test_conversions import jpeg_header_only, png_header_only
 from test_node_integration import check_command, ControlNodeHarness
 
 from pi0_ros.conversions import seconds_to_stamp
@@ -144,6 +145,13 @@ MESSAGE_CASES = [
     ('png-over-max-size', 'wrist',
      lambda h: compressed(h, png_bytes(MAX_WIDTH * 2, MAX_HEIGHT), 'png'),
      'camera wrist: image too large'),
+    # Small messages whose headers claim huge images: OpenCV raised out of the callback (the node
+    # died) or decoded for seconds; the size in the header stops them now.
+    ('png-header-claims-40000x40000', 'wrist',
+     lambda h: compressed(h, png_header_only(40000, 40000), 'png'),
+     'camera wrist: image too large'),
+    ('jpeg-header-claims-65000x65000', 'wrist',
+     lambda h: compressed(h, jpeg_header_only(65000, 65000)), 'camera wrist: image too large'),
     ('joints-unknown-names', 'joints',
      lambda h: joint_state(h, names=[f'joint_{i}' for i in range(6)]),
      'joint_states: missing joints'),
@@ -157,6 +165,9 @@ MESSAGE_CASES = [
      'joint_states: non-finite joint state'),
     ('joints-inf', 'joints',
      lambda h: joint_state(h, positions=[math.inf] + [0.0] * 5),
+     'joint_states: non-finite joint state'),
+    ('joints-beyond-float32', 'joints',
+     lambda h: joint_state(h, positions=[1e39] + [0.0] * 5),
      'joint_states: non-finite joint state'),
     ('joints-length-mismatch', 'joints', lambda h: joint_state(h, positions=[0.0] * 4),
      'joint_states: mismatched joint state lengths'),

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, PlannerConfig, PlannerState,
-                             validate_trajectory)
+from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, PlannerConfig,
+                             PlannerState, validate_trajectory)
 from pi0_ros.control.planner import _speed_to_stop, max_speed_to_stop, smootherstep
 
 H = 0.02      # default point spacing and control period
@@ -85,8 +85,24 @@ def test_reset_validates_and_clamps_the_measured_position():
         planner.reset(np.array([0.0, math.nan]), 0.0)
     with pytest.raises(ValueError):
         planner.reset(np.array([0.0]), 0.0)
-    planner.reset(np.array([1.5, 0.0]), 0.0)
+    tolerance = planner.reset_tolerance     # A h^2 / 6 = 5 * 0.02^2 / 6
+    np.testing.assert_allclose(tolerance, 5.0 * H * H / 6.0)
+    planner.reset(np.array([1.0 + 0.9 * tolerance[0], 0.0]), 0.0)
     np.testing.assert_array_equal(planner.commanded_position, [1.0, 0.0])
+
+
+def test_a_position_far_outside_the_limits_is_refused_not_jumped_from():
+    # Clipping 1.5 to the bound 1.0 would command 0.5 rad within one point spacing.
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    with pytest.raises(OutsideLimits, match=r'joint 0 at 1\.5000 \(limits -1\.0000 \.\. 1'):
+        planner.reset(np.array([1.5, 0.0]), 0.0)
+    planner.set_enabled(True)
+    assert planner.state is PlannerState.DISABLED and len(planner.step(0.0)) == 0
+    # An earlier start stays as it was: the refused position does not replace it.
+    planner.reset(np.array([0.5, 0.0]), 1.0)
+    with pytest.raises(OutsideLimits):
+        planner.reset(np.array([0.0, -2.5]), 1.1)
+    np.testing.assert_array_equal(planner.step(1.1).positions[0], [0.5, 0.0])
 
 
 def test_holds_the_reset_position_before_the_first_chunk():
@@ -143,6 +159,17 @@ def test_a_chunk_older_than_the_executing_one_is_rejected():
     planner = make_planner()
     assert planner.add_chunk(constant_chunk(0.5, [0.1, 0.1]), 0.5).accepted
     result = planner.add_chunk(constant_chunk(0.4, [0.2, 0.2]), 0.5)
+    assert not result.accepted and 'older' in result.reason
+
+
+def test_a_chunk_stamped_in_the_future_does_not_lock_out_the_chunks_after_it():
+    # A camera clock 0.4 s ahead stamps one observation: its t0 counts as its arrival time, so
+    # the next chunks, stamped correctly after that arrival, are still accepted.
+    planner = make_planner(now=1.0)
+    assert planner.add_chunk(constant_chunk(1.4, [0.1, 0.1]), 1.0).accepted
+    run(planner, 1.0, 1.06)
+    assert planner.add_chunk(constant_chunk(1.02, [0.0, 0.0]), 1.06).accepted
+    result = planner.add_chunk(constant_chunk(0.98, [0.2, 0.2]), 1.08)
     assert not result.accepted and 'older' in result.reason
 
 
@@ -306,6 +333,21 @@ def test_chunk_exhausted_stops_at_the_last_action():
     np.testing.assert_array_equal(plans[-1].velocities, 0.0)
 
 
+def test_a_hold_that_ends_before_rest_keeps_braking_instead_of_turning_back():
+    planner = make_planner()
+    planner.add_chunk(constant_chunk(0.0, [0.9, 0.0], horizon=200), 0.0)
+    run(planner, 0.0, 0.5)
+    run(planner, 0.5, 0.56, hold_reason='joint states stale')   # three braking ticks
+    trace = []
+    plans = run(planner, 0.56, 0.9, trace=trace)                 # the hold is over, no chunk
+    speeds = [velocity[0] for _, velocity in trace]
+    assert all(later <= earlier for earlier, later in zip(speeds, speeds[1:]))
+    assert min(speeds) >= 0.0 and speeds[-1] == 0.0              # never turned back
+    assert plans[0].hold_reason == 'waiting for chunk'
+    positions = [position[0] for position, _ in trace]
+    assert all(later >= earlier for earlier, later in zip(positions, positions[1:]))
+
+
 def test_hold_reason_decelerates_at_the_limit_then_stays():
     planner = make_planner()
     planner.add_chunk(constant_chunk(0.0, [0.9, 0.0], horizon=200), 0.0)
@@ -359,21 +401,56 @@ def test_disable_holds_and_rejects_chunks():
     assert planner.add_chunk(constant_chunk(0.8, [0.5, 0.5]), 0.8).reason == 'planner disabled'
 
 
-def test_clock_jumping_back_resets_to_a_hold_at_the_commanded_position():
-    planner = make_planner(now=100.0)
-    planner.add_chunk(constant_chunk(100.0, [0.5, 0.5], horizon=100), 100.0)
-    run(planner, 100.0, 100.3, period=H)
-    position = planner.commanded_position
+def test_clock_jumping_back_at_rest_holds_the_commanded_position():
+    planner = make_planner(position=(0.3, -0.2), now=100.0)
+    run(planner, 100.0, 100.1)
     points = planner.step(3.0)                      # sim time restarted
     assert points.state is PlannerState.HOLDING
     assert points.hold_reason == 'clock jumped backwards'
-    np.testing.assert_array_equal(planner.commanded_velocity, 0.0)
-    np.testing.assert_array_equal(planner.commanded_position, position)
-    np.testing.assert_array_equal(points.positions, np.tile(position, (10, 1)))
+    np.testing.assert_array_equal(points.positions, np.tile([0.3, -0.2], (10, 1)))
+    np.testing.assert_array_equal(points.velocities, 0.0)
     assert planner.remaining_horizon(3.0) == 0.0
     # Chunks on the new time base are accepted (not "older than the executing one").
     assert planner.add_chunk(constant_chunk(3.0, [0.0, 0.0]), 3.0).accepted
     assert planner.step(3.02).state is PlannerState.FOLLOWING
+
+
+def test_clock_jumping_back_while_moving_continues_the_motion_and_brakes_within_limits():
+    planner = make_planner(now=100.0)
+    planner.add_chunk(constant_chunk(100.0, [0.9, 0.9], horizon=100), 100.0)
+    run(planner, 100.0, 100.3)
+    assert np.all(planner.commanded_velocity > 0.5)
+    last_plan = planner.step(100.3)                # its first point is one period later
+    np.testing.assert_allclose(last_plan.times_from_start[0], H, rtol=1e-6)
+    position, velocity = planner.commanded_position, planner.commanded_velocity
+    points = planner.step(3.0)                      # sim time restarted
+    assert points.hold_reason == 'clock jumped backwards'
+    # The state carried over is the old plan's at its next point (one period after the tick).
+    np.testing.assert_allclose(planner.commanded_position, last_plan.positions[0], atol=1e-12)
+    np.testing.assert_allclose(planner.commanded_velocity, last_plan.velocities[0], atol=1e-12)
+    assert np.all(planner.commanded_position > position)
+    assert np.all(planner.commanded_velocity <= velocity + 1e-12)
+    assert_points_within_limits(planner, points)
+    trace = []
+    run(planner, 3.02, 3.5, trace=trace)            # brakes to rest, then stays
+    assert np.all(trace[-1][1] == 0.0)
+    assert planner.add_chunk(constant_chunk(3.5, [0.0, 0.0]), 3.5).accepted
+    assert planner.step(3.52).state is PlannerState.FOLLOWING
+
+
+def test_limits_hold_on_the_wall_clock_when_a_tick_falls_just_before_a_grid_point():
+    # Near 1.7e9 s an absolute-time difference keeps ~0.2 us; a first point ~1e-6 h after now
+    # must still get its own step length, not a rounded one (the acceleration check is exact).
+    limits = JointLimits(np.full(2, -3.0), np.full(2, 3.0), np.full(2, 2.0), np.full(2, 10.0))
+    planner = ChunkPlanner(PlannerConfig(), limits)
+    origin = 1_700_000_000.25
+    planner.reset(np.zeros(2), origin)
+    planner.set_enabled(True)
+    planner.add_chunk(Chunk(origin, H, np.tile([2.5, -2.5], (200, 1))), origin)
+    for k in range(1, 120):
+        for offset in (-1.5e-6 * H, 0.0, 0.3 * H):
+            points = planner.step(origin + k * H + offset)
+            assert_points_within_limits(planner, points)
 
 
 def test_temporal_ensembling_averages_overlapping_chunks_with_act_weights():

@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Message <-> array conversions and the validation of everything that arrives from outside."""
 import array
+import struct
+import zlib
 
 import cv2
 import numpy as np
@@ -9,8 +11,9 @@ import pytest
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from pi0_ros.control import PlannerState, PlanPoints, validate_trajectory
-from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
-                                 image_to_rgb, InputRejected, JointStateMapper, rgb_to_image,
+from pi0_ros.conversions import (build_joint_trajectory, compressed_image_size,
+                                 compressed_to_rgb, float64_array, image_to_rgb, InputRejected,
+                                 JointStateMapper, rgb_to_image,
                                  seconds_to_duration, seconds_to_stamp, stamp_to_nanoseconds,
                                  stamp_to_seconds, validate_instruction)
 
@@ -84,6 +87,84 @@ def test_bad_compressed_images_are_rejected(msg, reason):
     assert error.value.reason == reason
 
 
+def png_header_only(width, height):
+    """Return the first bytes of a PNG that claims width x height (no image data)."""
+    header = struct.pack('>IIBBBBB', width, height, 8, 2, 0, 0, 0)
+    chunk = b'IHDR' + header
+    return (b'\x89PNG\r\n\x1a\n' + struct.pack('>I', len(header)) + chunk
+            + struct.pack('>I', zlib.crc32(chunk)))
+
+
+def jpeg_header_only(width, height):
+    """Return SOI, a baseline frame header for width x height (3 components), EOI."""
+    components = b''.join(bytes([index, 0x11, 0]) for index in (1, 2, 3))
+    frame = struct.pack('>BHHB', 8, height, width, 3) + components
+    return b'\xff\xd8\xff\xc0' + struct.pack('>H', len(frame) + 2) + frame + b'\xff\xd9'
+
+
+def with_app1_segment(jpeg, payload_size):
+    """Return the JPEG with an APP1 (EXIF-like) segment inserted right after SOI."""
+    return jpeg[:2] + b'\xff\xe1' + struct.pack('>H', payload_size + 2) + bytes(payload_size) \
+        + jpeg[2:]
+
+
+@pytest.mark.parametrize('encode', [
+    lambda bgr: cv2.imencode('.png', bgr)[1].tobytes(),
+    lambda bgr: cv2.imencode('.jpg', bgr)[1].tobytes(),
+    lambda bgr: cv2.imencode('.jpg', bgr, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes(),
+    lambda bgr: with_app1_segment(cv2.imencode('.jpg', bgr)[1].tobytes(), 30000),
+], ids=['png', 'jpeg', 'progressive-jpeg', 'jpeg-with-app1'])
+def test_compressed_image_size_is_read_from_the_header(encode):
+    bgr = np.zeros((37, 53, 3), np.uint8)
+    assert compressed_image_size(encode(bgr)) == (53, 37)
+    assert compressed_to_rgb(CompressedImage(format='jpeg', data=encode(bgr)),
+                             *MAX).shape == (37, 53, 3)
+
+
+@pytest.mark.parametrize('data', [png_header_only(40000, 40000), png_header_only(2_000_000, 1),
+                                  png_header_only(16000, 16000), jpeg_header_only(65000, 65000)],
+                         ids=['png-40000x40000', 'png-2000000x1', 'png-16000x16000',
+                              'jpeg-65000x65000'])
+def test_a_small_message_claiming_a_huge_image_is_rejected_before_decoding(data, monkeypatch):
+    # Decoded, these raise cv2.error (beyond OpenCV's own limit: it escaped the node's
+    # callback) or take seconds and gigabytes (16000x16000): the header must stop them.
+    def no_decoding(*args):
+        raise AssertionError('cv2.imdecode ran on an image larger than the maximum')
+
+    monkeypatch.setattr(cv2, 'imdecode', no_decoding)
+    with pytest.raises(InputRejected) as error:
+        compressed_to_rgb(CompressedImage(format='png', data=data), 640, 480)
+    assert error.value.reason == 'image too large'
+
+
+def test_an_opencv_decoding_error_is_a_rejection(monkeypatch):
+    def failing_decode(*args):
+        raise cv2.error('OpenCV(4.12.0) imgcodecs: -215:Assertion failed')
+
+    monkeypatch.setattr(cv2, 'imdecode', failing_decode)
+    png = cv2.imencode('.png', np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    with pytest.raises(InputRejected) as error:
+        compressed_to_rgb(CompressedImage(format='png', data=png), *MAX)
+    assert error.value.reason == 'corrupt image' and 'Assertion failed' in error.value.detail
+
+
+@pytest.mark.parametrize('data', [b'\x89PNG\r\n\x1a\n\x00', b'GIF89a' + bytes(40),
+                                  b'\xff\xd8\xff\xe0\x00\x10' + bytes(14) + b'\xff\xda'],
+                         ids=['png-cut-short', 'gif', 'jpeg-scan-before-frame'])
+def test_compressed_data_without_a_readable_header_is_corrupt(data):
+    with pytest.raises(InputRejected) as error:
+        compressed_to_rgb(CompressedImage(format='png', data=data), *MAX)
+    assert error.value.reason == 'corrupt image'
+
+
+def test_an_incompressible_png_of_the_largest_accepted_size_is_accepted():
+    noise = np.random.default_rng(3).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    data = cv2.imencode('.png', noise)[1].tobytes()
+    assert len(data) > 64 * 48 * 3  # larger than the raw pixels
+    decoded = compressed_to_rgb(CompressedImage(format='png', data=data), 64, 48)
+    assert np.array_equal(decoded, cv2.cvtColor(noise, cv2.COLOR_BGR2RGB))
+
+
 def test_rgb_to_image_round_trip():
     stamp = seconds_to_stamp(12.25)
     msg = rgb_to_image(RGB, stamp, 'front')
@@ -130,6 +211,23 @@ def test_bad_joint_states_are_rejected(names, positions, reason):
     with pytest.raises(InputRejected) as error:
         JointStateMapper(JOINTS).convert(joint_state(names, positions))
     assert error.value.reason == reason
+
+
+def test_joint_values_beyond_float32_are_unusable():
+    mapper = JointStateMapper(JOINTS)
+    with pytest.raises(InputRejected) as error:
+        mapper.convert(joint_state(JOINTS, [0.0, 1e39, 0.0]))
+    assert error.value.reason == 'non-finite joint state' and error.value.detail == 'b'
+    sample = mapper.convert(joint_state(JOINTS, [0.0, 3e38, 0.0], [0.0, -1e39, 0.0]))
+    assert sample.positions[1] == 3e38 and sample.velocities is None
+
+
+def test_many_duplicate_joint_names_are_rejected_with_a_short_detail():
+    names = [f'joint_{i % 20000}' for i in range(40000)]
+    with pytest.raises(InputRejected) as error:
+        JointStateMapper(JOINTS).convert(joint_state(names, [0.0] * len(names)))
+    assert error.value.reason == 'duplicate joint names'
+    assert error.value.detail.endswith('and 19990 more') and len(error.value.detail) < 200
 
 
 @pytest.mark.parametrize('text, reason', [

@@ -239,12 +239,50 @@ def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(
     moved[0] += 0.3 if moved[0] < 0.0 else -0.3
     harness.feeder.positions = moved
     ros.spin_for(0.3)
+    # Handed over, an e-stop and a deactivation publish nothing: a hold now would command the
+    # policy's last position, where the arm no longer is.
     count = len(harness.trajectories)
-    call(True)
+    estop = ros_node.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
+    estop.publish(Bool(data=True))
+    assert ros.spin_until(lambda: harness.latest_status().output_state
+                          == PolicyStatus.OUTPUT_ESTOP, 5.0, harness.process)
+    lifecycle = ros_node.node.create_client(ChangeState, 'pi0_ros/change_state')
+    assert lifecycle.wait_for_service(timeout_sec=5.0)
+    for transition_id in (Transition.TRANSITION_DEACTIVATE, Transition.TRANSITION_ACTIVATE):
+        future = lifecycle.call_async(ChangeState.Request(
+            transition=Transition(id=transition_id)))
+        assert ros.spin_until(future.done, 10.0, harness.process)
+        assert future.result().success, transition_id
+    ros.spin_for(0.5)
+    assert len(harness.trajectories) == count, 'commanded while handed over'
+    estop.publish(Bool(data=False))
+    call(True)  # clears the e-stop and takes the controller back
     assert ros.spin_until(lambda: len(harness.trajectories) > count, 5.0, harness.process)
     first = np.array(harness.trajectories[count][1].points[0].positions)
     assert np.max(np.abs(first - moved)) < 0.05, (first, moved)
     harness.wait_following(timeout=10.0)
+
+
+def test_an_arm_outside_its_limits_is_not_commanded_until_it_is_back_inside(
+        start_process, ros_node):
+    harness = ControlNodeHarness(start_process, ros_node)
+    outside = np.zeros(len(SO101_JOINTS))
+    outside[-1] = SO101_POSITION_LOWER[-1] - 0.1      # the gripper 0.1 rad below its limit
+    harness.feeder.positions = outside
+    harness.feeder.say('pick up the red cube')
+    ros = harness.ros
+    assert ros.spin_until(lambda: harness.statuses and 'outside the position limits'
+                          in harness.latest_status().hold_reason, 90.0, harness.process), \
+        harness.process.output()[-3000:]
+    ros.spin_for(0.5)
+    assert harness.trajectories == [], 'commanded an arm outside its limits'
+    assert 'not commanding: measured position outside' in harness.process.output()
+    harness.feeder.positions = np.zeros(len(SO101_JOINTS))   # moved back inside by hand
+    harness.wait_following(timeout=10.0)
+    first = np.array(harness.trajectories[0][1].points[0].positions)
+    assert np.max(np.abs(first)) < 0.05, first
+    for _, msg in harness.trajectories:
+        check_command(msg)
 
 
 @pytest.mark.parametrize('priority', [10, 0])

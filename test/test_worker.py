@@ -127,6 +127,21 @@ def test_results_for_an_old_epoch_are_discarded():
     worker.stop(TIMEOUT)
 
 
+def test_an_older_epoch_reported_late_does_not_roll_the_epoch_back():
+    # Two callbacks (instruction, clock jump) on different executor threads bump the node's
+    # epoch to 2 and 3 and report them in the other order.
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector)
+    worker.set_epoch(3)
+    worker.set_epoch(2)
+    worker.submit(observation(epoch=3))
+    engine.gate.release()
+    collector.wait()
+    assert collector.results[0].observation.epoch == 3
+    assert worker.counters['discarded'] == 0
+    worker.stop(TIMEOUT)
+
+
 def test_bounded_retries_then_failed_state_until_recover():
     engine, collector = ScriptedEngine(), Collector()
     worker = started_worker(engine, collector, max_consecutive_failures=2)

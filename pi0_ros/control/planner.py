@@ -27,8 +27,9 @@ their points and a jittered tick does not break the braking invariant below):
 * Holding (hold reason, disabled, e-stop): velocity is reduced by max_acceleration * h per point
   until it is zero, then the position stays (the e-stop is thus a controlled stop, latched until
   clear_estop()). A hold discards the chunks it interrupts; motion resumes only with a chunk
-  added afterwards. When the chunks run out ('chunk exhausted') the reference stays at the last
-  action, so the arm settles there.
+  added afterwards (a hold that ends before the arm is at rest keeps braking until then).
+  When the chunks run out ('chunk exhausted') the reference stays at the last action, so the
+  arm settles there.
 * Joints are limited independently: when a limit binds on some joints only, the joint-space path
   deviates from the chunk's until the tracker catches up.
 
@@ -40,10 +41,19 @@ leaves the average at its last action's time (a small step of the reference that
 limits smooth). At most MAX_REFERENCE_SEGMENTS blends are kept; beyond, the oldest is dropped.
 
 Time: `now` is always passed in (ROS clock). If it goes backwards (sim time reset), the planner
-treats it as a reset at the commanded position: chunks are dropped, velocity set to zero (no
-motion can be continued across a time reset), and it holds ('clock jumped backwards') until a
-chunk stamped on the new time base arrives. A jump forward past the published plan finds the
-arm stopped at the plan's last point, as the controller leaves it.
+moves the executing plan onto the new time base: it takes the commanded state one control period
+after the last step on the old base (where the controller is, as far as the planner can know),
+keeps its position and velocity, drops the chunks and brakes from there at the acceleration limit
+('clock jumped backwards') until a chunk stamped on the new time base arrives. A jump forward past
+the published plan finds the arm stopped at the plan's last point, as the controller leaves it.
+
+Chunks are ordered by their t0 (the observation's stamp): one older than the executing chunk is
+rejected. A t0 ahead of `now` (a camera clock running ahead) counts as `now` for that ordering,
+so one chunk stamped in the future cannot lock out the correctly stamped ones after it.
+
+Start: reset() takes the measured position. A position outside the position limits by more than
+a step the acceleration limit allows within one point spacing is refused (OutsideLimits): moving
+it inside at once would be a jump, and the limits or the arm need attention first.
 """
 from dataclasses import dataclass
 import enum
@@ -62,6 +72,10 @@ REASON_DISABLED = 'disabled'
 REASON_ESTOP = 'e-stop'
 REASON_CLOCK = 'clock jumped backwards'
 REASON_NOT_RESET = 'not reset'
+
+
+class OutsideLimits(ValueError):
+    """A measured position too far outside the position limits to start from (reset())."""
 
 
 @dataclass(frozen=True)
@@ -289,27 +303,63 @@ class ChunkPlanner:
         """Release a latched e-stop; motion resumes with the next chunk added afterwards."""
         self._estopped = False
 
+    @property
+    def reset_tolerance(self) -> np.ndarray:
+        """
+        Return how far [J] a reset position may lie outside the position limits.
+
+        Such a position is clipped to the limits: a rest-to-rest step of this size within one
+        point spacing h (a cubic, as the controller interpolates it) peaks at the acceleration
+        limit, A h^2 / 6.
+        """
+        return self.limits.max_acceleration * self.config.point_spacing ** 2 / 6.0
+
     def reset(self, position: np.ndarray, now: float) -> None:
-        """Start from a measured position (clipped to the limits) at rest at time now."""
+        """
+        Start from a measured position at rest at time now.
+
+        A position outside the limits by at most reset_tolerance is clipped to them; further
+        outside raises OutsideLimits (naming the joints) and leaves the planner as it was.
+        """
         position = np.asarray(position, dtype=np.float64)
         if position.shape != (self.limits.num_joints,) or not np.isfinite(position).all():
             raise ValueError(f'reset position must be {self.limits.num_joints} finite values, '
                              f'got {position!r}')
         if not math.isfinite(now):
             raise ValueError(f'now must be finite, got {now!r}')
+        clipped = self.limits.clamp_position(position)
+        outside = np.flatnonzero(np.abs(position - clipped) > self.reset_tolerance)
+        if outside.size:
+            limits = self.limits
+            raise OutsideLimits('measured position outside the position limits: ' + ', '.join(
+                f'joint {j} at {position[j]:.4f} '
+                f'(limits {limits.position_lower[j]:.4f} .. {limits.position_upper[j]:.4f})'
+                for j in outside))
         self._is_reset = True
-        self._restart(self.limits.clamp_position(position), float(now), REASON_WAITING)
+        self._restart(clipped, float(now), REASON_WAITING)
 
-    def _restart(self, position: np.ndarray, now: float, reason: str) -> None:
+    @property
+    def plan_end_time(self) -> float:
+        """Return the time of the published plan's last point (-inf before the first plan)."""
+        return float(self._plan_times[-1]) if self._plan is not None else -math.inf
+
+    def _restart(self, position: np.ndarray, now: float, reason: str,
+                 velocity: np.ndarray | None = None) -> None:
         self._time = now
         self._grid_origin = now
         self._position = position
-        self._velocity = np.zeros_like(position)
+        self._velocity = np.zeros_like(position) if velocity is None else velocity
         self._plan = None
-        self._segments = [_Segment(now, position=position.copy())]
+        # Moving: no reference; step() brakes (module doc). At rest: hold the position.
+        self._segments = [] if velocity is not None else [_Segment(now, position=position.copy())]
         self._last_t0 = -math.inf
         self._mode = PlannerState.HOLDING
         self._hold_reason = reason
+
+    def _restart_after_clock_jump(self, now: float) -> None:
+        """Continue the executing plan on a new time base (the clock went back to now)."""
+        self._state_at(self._time + self.config.control_period)
+        self._restart(self._position.copy(), now, REASON_CLOCK, velocity=self._velocity.copy())
 
     # ---------------------------------------------------------------- chunks
     def add_chunk(self, chunk: Chunk, now: float) -> AddChunkResult:
@@ -328,8 +378,8 @@ class ChunkPlanner:
         if not np.isfinite(chunk.actions).all():
             return AddChunkResult(False, 0, 'chunk has non-finite actions')
         if now < self._time:
-            # The clock went back; step() handles the reset, this chunk is judged afterwards.
-            self._restart(self._position.copy(), float(now), REASON_CLOCK)
+            # The clock went back; this chunk is judged on the new time base.
+            self._restart_after_clock_jump(float(now))
         past = int(np.count_nonzero(chunk.t0 + chunk.dt * np.arange(chunk.horizon) < now))
         if past == chunk.horizon:
             return AddChunkResult(False, past, f'chunk wholly in the past (ends '
@@ -345,7 +395,7 @@ class ChunkPlanner:
         self._segments.append(_Segment(float(now), chunk=clamped))
         if len(self._segments) > MAX_REFERENCE_SEGMENTS:
             del self._segments[0]
-        self._last_t0 = chunk.t0
+        self._last_t0 = min(chunk.t0, float(now))
         return AddChunkResult(True, past, 'accepted')
 
     def remaining_horizon(self, now: float) -> float:
@@ -465,7 +515,7 @@ class ChunkPlanner:
         if not math.isfinite(now):
             raise ValueError(f'now must be finite, got {now!r}')
         if now < self._time:
-            self._restart(self._position.copy(), now, REASON_CLOCK)
+            self._restart_after_clock_jump(now)
         else:
             self._state_at(now)
             self._time = now
@@ -477,6 +527,10 @@ class ChunkPlanner:
             brake_reason = REASON_DISABLED
         elif hold_reason is not None:
             brake_reason = str(hold_reason)
+        elif not self._segments and np.any(self._velocity):
+            # Moving without a reference (a hold just ended, the clock went back): brake to
+            # rest rather than steer back to where the hold began; a chunk resumes following.
+            brake_reason = REASON_CLOCK if self._hold_reason == REASON_CLOCK else REASON_WAITING
         times, from_now = self._point_times(now)
         if brake_reason is not None:
             self._segments = []
@@ -496,7 +550,7 @@ class ChunkPlanner:
                 self._mode, self._hold_reason = PlannerState.HOLDING, REASON_EXHAUSTED
             else:
                 self._mode, self._hold_reason = PlannerState.FOLLOWING, None
-            positions, velocities = self._track(now, times)
+            positions, velocities = self._track(now, times, from_now)
 
         plan = PlanPoints(from_now, positions, velocities, self.state, self.hold_reason, now)
         self._plan = plan
@@ -521,7 +575,8 @@ class ChunkPlanner:
             v = v_next
         return positions, velocities
 
-    def _track(self, now: float, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _track(self, now: float, times: np.ndarray,
+               from_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """
         Plan the next points toward the reference within all limits (module doc).
 
@@ -540,7 +595,9 @@ class ChunkPlanner:
         accelerations = limits.max_acceleration.tolist()
         lower_bounds, upper_bounds = limits.position_lower.tolist(), limits.position_upper.tolist()
         speed_caps = self._speed_caps.tolist()
-        steps = np.diff(anchors).tolist()
+        # Step lengths from the times from now: differences of absolute times (~1.8e9 s on
+        # the ROS clock) keep only ~0.2 us, too coarse for a first point just after now.
+        steps = np.diff(from_now, prepend=0.0).tolist()
         positions, velocities = [], []
         q, v = self._position.tolist(), self._velocity.tolist()
         for index in range(1, count + 1):
