@@ -53,6 +53,14 @@ class ControlNodeHarness:
     def latest_status(self):
         return self.statuses[-1][1]
 
+    def latch_estop(self):
+        """Publish a latched e-stop, wait until the node reports it; return the publisher."""
+        estop = self.ros.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
+        estop.publish(Bool(data=True))
+        assert self.ros.spin_until(lambda: self.latest_status().output_state
+                                   == PolicyStatus.OUTPUT_ESTOP, 5.0, self.process)
+        return estop
+
     def status_after(self, t):
         """Wait for a status received after monotonic time t and return it."""
         assert self.ros.spin_until(lambda: self.statuses[-1][0] > t, 5.0, self.process)
@@ -153,10 +161,7 @@ def test_new_instruction_discards_old_epoch_chunks(harness):
 
 def test_estop_latches_hold_until_enabled(harness, ros_node):
     ros = harness.ros
-    estop = ros_node.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
-    estop.publish(Bool(data=True))
-    assert ros.spin_until(lambda: harness.latest_status().output_state
-                          == PolicyStatus.OUTPUT_ESTOP, 5.0, harness.process)
+    harness.latch_estop()
     client = ros_node.node.create_client(SetBool, 'pi0_ros/enable')
     assert client.wait_for_service(timeout_sec=5.0)
     future = client.call_async(SetBool.Request(data=True))
@@ -242,10 +247,7 @@ def test_disable_hands_the_controller_over_and_enable_resumes_without_a_jump(
     # Handed over, an e-stop and a deactivation publish nothing: a hold now would command the
     # policy's last position, where the arm no longer is.
     count = len(harness.trajectories)
-    estop = ros_node.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
-    estop.publish(Bool(data=True))
-    assert ros.spin_until(lambda: harness.latest_status().output_state
-                          == PolicyStatus.OUTPUT_ESTOP, 5.0, harness.process)
+    estop = harness.latch_estop()
     lifecycle = ros_node.node.create_client(ChangeState, 'pi0_ros/change_state')
     assert lifecycle.wait_for_service(timeout_sec=5.0)
     for transition_id in (Transition.TRANSITION_DEACTIVATE, Transition.TRANSITION_ACTIVATE):
