@@ -319,7 +319,10 @@ def test_cleanup_and_configure_again_restart_the_control_timer(
     transition(Transition.TRANSITION_ACTIVATE)
     harness.wait_following(timeout=30.0)
     count = len(harness.trajectories)
-    ros.spin_for(2.0)
+    # 4 s: with priority 0 the timer shares the executor with the camera callbacks, and one
+    # stall of a few hundred ms on a loaded 2-core machine (CI) must not decide the rate alone
+    # (one CI run measured 43.9 Hz over 2 s; the same commit passed in the next).
+    ros.spin_for(4.0)
     window = harness.trajectories[count:]
     rate = (len(window) - 1) / (window[-1][0] - window[0][0])
     assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.05, f'output rate {rate:.2f} Hz'
