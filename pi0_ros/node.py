@@ -721,7 +721,7 @@ class Pi0ControlNode(LifecycleNode):
             observations_synced=counters['observations_synced'],
             observations_dropped=counters['observations_dropped'] + worker.counters['dropped'],
             actions_skipped=counters['actions_skipped'],
-            inputs_rejected=counters['inputs_rejected'])
+            inputs_rejected=counters['inputs_rejected'] + worker.counters['inputs_rejected'])
         status.header.stamp = self.get_clock().now().to_msg()
         return status
 
@@ -774,6 +774,7 @@ class Pi0ControlNode(LifecycleNode):
                  'observations dropped': status.observations_dropped,
                  'camera skew p50 ms': diagnostics.percentile([s * 1e3 for s in skews], 50),
                  'camera skew max ms': max(skews, default=0.0) * 1e3,
+                 'rejected by the engine': worker.counters['inputs_rejected'],
                  **{f'rejected {key}': count for key, count in sorted(rejections.items())}}),
         ]
         return array

@@ -6,9 +6,12 @@ The inference worker: one named thread that owns the engine and turns observatio
 The engine is built, warmed up (CUDA graphs captured) and run on this one thread. Observations
 arrive in a single slot where the latest wins; results made for an older instruction epoch are
 discarded; failures are retried on the next observations up to a bound, then the worker enters a
-visible FAILED state until `recover()`. While no observation waits, the thread encodes camera
-frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the observation that a
-frame later completes finds its features ready and only encodes the frames still new.
+visible FAILED state until `recover()`. An observation the engine refuses as bad input (its
+InputError, e.g. a frame too thin to resize) is counted and logged, not a failure: a camera
+sending such frames does not take the engine down. While no observation waits, the thread
+encodes camera frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the
+observation that a frame later completes finds its features ready and only encodes the frames
+still new.
 """
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,6 +22,8 @@ import time
 import traceback
 
 import numpy as np
+
+from pi0_ros.engine.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,9 @@ class InferenceWorker:
         self.error = ''
         self.latencies_s = deque(maxlen=latency_window)
         self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0,
-                         'frames_encoded_ahead': 0, 'encode_ahead_failures': 0}
+                         'inputs_rejected': 0, 'frames_encoded_ahead': 0,
+                         'encode_ahead_failures': 0}
+        self._last_rejection_warning = -float('inf')
         self.consecutive_failures = 0
 
     # Control from the node (any thread) -----------------------------------------------------
@@ -253,6 +260,14 @@ class InferenceWorker:
             output = self._engine.infer(list(observation.frames), observation.state,
                                         observation.instruction,
                                         frame_keys=list(observation.frame_keys))
+        except InputError as error:  # the observation, not the engine: no failure counted
+            self.counters['inputs_rejected'] += 1
+            now = time.monotonic()
+            if now - self._last_rejection_warning >= self._warning_period_s:
+                self._last_rejection_warning = now
+                self._log('warning', f'observation rejected by the engine '
+                                     f"({self.counters['inputs_rejected']} so far): {error}")
+            return None
         except Exception as error:  # noqa: B902 - engine errors become state, never a crash
             self.counters['failures'] += 1
             self.consecutive_failures += 1

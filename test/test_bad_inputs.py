@@ -133,6 +133,10 @@ MESSAGE_CASES = [
      'camera front: image too large'),
     ('over-max-width', 'side', lambda h: raw_image(h, width=MAX_WIDTH + 64, height=8),
      'camera side: image too large'),
+    # Valid as a message, refused by the engine (resized to 224 it would be 0 rows high): an
+    # input rejection, not an engine failure.
+    ('thin-640x2', 'front', lambda h: raw_image(h, width=MAX_WIDTH, height=2),
+     'by the engine'),
     ('stamp-far-future', 'front', lambda h: raw_image(h, offset=3600.0),
      'camera front: stamp in the future'),
     ('stamp-far-past', 'front', lambda h: raw_image(h, offset=-3600.0),
@@ -234,9 +238,14 @@ def test_bad_message_rejected_counted_logged_survived(node_under_test, key, fact
     harness = node_under_test
     send_until_counted(harness, key, factory, counter)
     # The error is throttled per reason: an earlier case with the same reason may have logged it.
-    reason = counter.split(': ', 1)[1]
-    assert any(line.startswith('[ERROR]') and f'message: {reason}' in line
-               for line in harness.process.output().splitlines()), reason
+    lines = harness.process.output().splitlines()
+    if counter == 'by the engine':  # the worker's warning, with the engine's reason
+        assert any(line.startswith('[WARN]') and 'observation rejected by the engine' in line
+                   and 'too thin' in line for line in lines)
+    else:
+        reason = counter.split(': ', 1)[1]
+        assert any(line.startswith('[ERROR]') and f'message: {reason}' in line
+                   for line in lines), reason
     assert harness.process.returncode is None
     assert harness.latest_status().engine_state != PolicyStatus.ENGINE_FAILED
 

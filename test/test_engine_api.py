@@ -80,6 +80,12 @@ def test_action_unnormalization_uses_stats():
     (lambda f, s, i: (f, s, '   '), 'instruction'),
     (lambda f, s, i: (f, s, None), 'instruction'),
     (lambda f, s, i: (f[0], s, i), 'sequence'),
+    # Within the size limits, but resized to 224 the short side would be 0 pixels.
+    (lambda f, s, i: ([np.zeros((1000, 3, 3), np.uint8), f[1]], s, i), 'too thin'),
+    (lambda f, s, i: ([f[0], np.zeros((8, 1920, 3), np.uint8)], s, i), 'too thin'),
+    (lambda f, s, i: (f, s.astype(str), i), 'state is not numeric'),
+    (lambda f, s, i: (f, s > 0, i), 'state is not numeric'),
+    (lambda f, s, i: (f, s, 'pick \ud800 up'), 'not valid text'),
 ])
 def test_bad_input_raises_input_error(shared_engine, mutate, message):
     frames, state, _ = observation(3)
@@ -87,6 +93,15 @@ def test_bad_input_raises_input_error(shared_engine, mutate, message):
     with pytest.raises(InputError, match=message.replace('(', r'\(').replace(')', r'\)')):
         shared_engine.infer(*mutate(frames, state, 'grasp'))
     assert shared_engine.stats['calls'] == calls
+
+
+def test_a_frame_of_exactly_224_to_1_is_resized_and_torch_inputs_are_taken_as_values(
+        shared_engine):
+    frames, state, noise = observation(5)
+    state_tensor = torch.tensor(state, requires_grad=True)     # e.g. from a training loop
+    result = shared_engine.infer([np.zeros((1, 224, 3), np.uint8), frames[1]], state_tensor,
+                                 'grasp', noise=noise)
+    assert np.isfinite(result.actions).all()
 
 
 def test_input_error_is_engine_error_and_value_error():
@@ -170,7 +185,13 @@ def test_encode_frames_rejects_bad_input():
         pi0.encode_frames({0: frames[0].astype(np.float32)}, {0: 'key'})
     with pytest.raises(InputError, match='slot'):
         pi0.encode_frames({0: frames[0]}, {0: 'key'}, slot=1)
+    with pytest.raises(InputError, match='slot must be an integer'):
+        pi0.encode_frames({0: frames[0]}, {0: 'key'}, slot=0.5)
+    with pytest.raises(InputError, match='too thin'):
+        pi0.encode_frames({0: np.zeros((1000, 3, 3), np.uint8)}, {0: 'key'})
     assert pi0.stats['frames_encoded_ahead'] == 0
+    # numpy integers are camera indices like ints (e.g. from np.arange)
+    assert pi0.encode_frames({np.int64(1): frames[1]}, {np.int64(1): 'key'}) == 1
 
 
 def test_first_denoising_step_in_the_prefix_stage_gives_the_same_chunk():

@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from pi0_ros.engine import CheckpointError, EngineOptions, ModelDims, Pi0Engine
 from pi0_ros.engine.lerobot_reference import (build_lerobot_policy, make_lerobot_processors,
@@ -99,6 +100,61 @@ def test_bad_config_values(copy, edit, message):
     with pytest.raises(CheckpointError, match=message):
         Pi0Engine.from_pretrained(copy, options=CPU,
                                   dims=None if 'variant' in message else DIMS)
+
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda c: c.update(min_period=0), '0 < min_period < max_period'),
+    (lambda c: c.update(min_period=-1.0), '0 < min_period < max_period'),
+    (lambda c: c.update(min_period=5.0, max_period=4.0), '0 < min_period < max_period'),
+])
+def test_time_embedding_periods_are_checked_at_load(copy, edit, message):
+    edit_json(copy / 'config.json', edit)
+    with pytest.raises(CheckpointError, match=message):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+@pytest.mark.parametrize('edit', [
+    lambda data: data['steps'][0]['config'].update(norm_map=['ACTION', 'MEAN_STD']),
+    lambda data: data['steps'][0].update(config=['x']),
+], ids=['norm_map-list', 'config-list'])
+def test_malformed_normalization_step_is_a_checkpoint_error(copy, edit):
+    edit_json(copy / 'policy_postprocessor.json', edit)
+    with pytest.raises(CheckpointError, match='"norm_map" object'):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+def test_action_statistics_missing_under_mean_std_are_refused(copy):
+    # LeRobot would send the normalized actions (about +-2) as joint positions.
+    from safetensors.numpy import load_file, save_file
+    stats_file = next(copy.glob('policy_postprocessor_step_*_unnormalizer_processor.safetensors'))
+    stats = {k: v for k, v in load_file(str(stats_file)).items() if not k.startswith('action.')}
+    save_file(stats, str(stats_file))
+    with pytest.raises(CheckpointError, match="no 'action.mean'/'action.std' statistics"):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+def test_tokenizer_without_a_pad_token_is_refused_at_load(copy):
+    def edit(data):
+        data['pad_token'] = None
+    edit_json(copy / 'tokenizer_config.json', edit)
+    with pytest.raises(CheckpointError, match='no pad token'):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+def test_unexpected_and_integer_tensors_are_refused(copy):
+    from safetensors.torch import load_file, save_file
+    path = str(copy / 'model.safetensors')
+    tensors = load_file(path)
+    extra = tensors['model.state_proj.weight'].clone()
+    save_file({**tensors, 'model.state_proj_v2.weight': extra}, path)
+    with pytest.raises(CheckpointError, match='tensors that pi0 does not have: '
+                                              'model.state_proj_v2.weight'):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+    weight = tensors['model.action_out_proj.weight']
+    save_file({**tensors, 'model.action_out_proj.weight': weight.to(torch.int8)}, path)
+    with pytest.raises(CheckpointError, match='action_out_proj.weight is I8, expected '
+                                              'floating point'):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
 
 
 def test_unsupported_normalization(copy):

@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 
+from pi0_ros.engine.errors import InputError
 from pi0_ros.worker import InferenceWorker, Observation, WorkerState
 
 TIMEOUT = 10.0
@@ -25,6 +26,7 @@ class ScriptedEngine:
         self.calls = []
         self.gate = threading.Semaphore(0)
         self.fail_next = 0
+        self.reject_next = 0
         self.closed = False
         self.thread_names = []
         self.encoded = []  # (camera, key) per encode_frames call
@@ -37,6 +39,9 @@ class ScriptedEngine:
         self.thread_names.append(threading.current_thread().name)
         self.calls.append(instruction)
         assert self.gate.acquire(timeout=TIMEOUT)
+        if self.reject_next:
+            self.reject_next -= 1
+            raise InputError('frame 0 is 1920x8: more than 224:1, too thin (injected)')
         if self.fail_next:
             self.fail_next -= 1
             raise RuntimeError('CUDA out of memory (injected)')
@@ -139,6 +144,21 @@ def test_an_older_epoch_reported_late_does_not_roll_the_epoch_back():
     collector.wait()
     assert collector.results[0].observation.epoch == 3
     assert worker.counters['discarded'] == 0
+    worker.stop(TIMEOUT)
+
+
+def test_observations_the_engine_rejects_as_input_are_counted_not_failures():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector, max_consecutive_failures=2)
+    engine.reject_next = 5                       # more than the failures allowed
+    for count in range(1, 6):
+        worker.submit(observation())
+        engine.gate.release()
+        assert wait_for(lambda: worker.counters['inputs_rejected'] == count)
+    assert worker.state is WorkerState.READY and worker.counters['failures'] == 0
+    worker.submit(observation())
+    engine.gate.release()
+    collector.wait()                             # a good observation still gets its chunk
     worker.stop(TIMEOUT)
 
 

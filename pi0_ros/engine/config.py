@@ -61,6 +61,9 @@ class ModelDims:
                      'max_action_dim', 'vocab_size'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        if not 0.0 < self.min_period < self.max_period < float('inf'):
+            raise ValueError('the time embedding needs 0 < min_period < max_period, got '
+                             f'{self.min_period} and {self.max_period}')
 
     @property
     def tokens_per_image(self) -> int:

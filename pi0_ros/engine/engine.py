@@ -3,6 +3,7 @@
 """Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
 import contextlib
 import itertools
+import operator
 from pathlib import Path
 import threading
 import time
@@ -13,7 +14,7 @@ import torch
 
 from pi0_ros.engine import gemm, kernel_configs
 from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
-from pi0_ros.engine.errors import EngineError, InputError, NonFiniteOutputError
+from pi0_ros.engine.errors import CheckpointError, EngineError, InputError, NonFiniteOutputError
 from pi0_ros.engine.kernels import use_triton
 from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_info,
                                     SafetensorsWeights)
@@ -127,6 +128,30 @@ def random_lerobot_tensors(dims: ModelDims, device: torch.device, seed: int):
     return get
 
 
+def _index(name: str, value, count: int) -> int:
+    """Return value as an int in 0..count-1 (numpy integers too), or raise InputError."""
+    try:
+        index = operator.index(value)
+    except TypeError:
+        index = None
+    if index is None or isinstance(value, bool) or not 0 <= index < count:
+        raise InputError(f'{name} must be an integer in 0..{count - 1}, got {value!r}')
+    return index
+
+
+def _as_float32(where: str, name: str, value) -> np.ndarray:
+    """Return a numeric array or tensor as float32 numpy, or raise InputError."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to('cpu', torch.float32).numpy()
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in 'fiu':  # strings, objects and booleans are no numbers
+            raise TypeError(f'dtype {array.dtype}')
+        return array.astype(np.float32)
+    except (TypeError, ValueError) as error:
+        raise InputError(f'{where}{name} is not numeric: {error}') from error
+
+
 class Pi0Engine:
     """Pi0 inference: frames + state + instruction -> action chunk in robot units."""
 
@@ -221,6 +246,9 @@ class Pi0Engine:
         info: CheckpointInfo = read_checkpoint_info(directory, dims)
         tokenizer = load_tokenizer(tokenizer_path if tokenizer_path is not None else directory)
         device = resolve_device(options.device)
+        if len(tokenizer) > info.dims.vocab_size:
+            raise CheckpointError(f'the tokenizer has {len(tokenizer)} tokens, more than the '
+                                  f"model's vocabulary of {info.dims.vocab_size}")
         weights = SafetensorsWeights(directory, info.dims, device)
         return cls(weights, info.dims, state_dim=info.state_dim, action_dim=info.action_dim,
                    num_cameras=len(info.camera_names), options=options,
@@ -492,18 +520,17 @@ class Pi0Engine:
         self._check_open()
         if set(frames) != set(frame_keys):
             raise InputError('frames and frame_keys must name the same cameras')
-        if not 0 <= slot < self.options.max_batch:
-            raise InputError(f'slot must be in 0..{self.options.max_batch - 1}, got {slot}')
+        slot = _index('slot', slot, self.options.max_batch)
+        cameras = {_index('camera index', cam, self.num_cameras): (frame, frame_keys[cam])
+                   for cam, frame in frames.items()}
         pending = []
-        for cam in sorted(frames):
-            if not isinstance(cam, int) or not 0 <= cam < self.num_cameras:
-                raise InputError(f'camera index must be in 0..{self.num_cameras - 1}, got {cam}')
-            self._check_frame('', cam, frames[cam])
-            key = frame_keys[cam]
+        for cam in sorted(cameras):
+            frame, key = cameras[cam]
+            self._check_frame('', cam, frame)
             self._check_frame_key('', key)
             if key is None:
                 raise InputError(f'camera {cam}: a frame encoded ahead needs a key')
-            pending.append((slot, cam, key, frames[cam]))
+            pending.append((slot, cam, key, frame))
         with self._lock, torch.inference_mode():
             self._check_open()
             pending = [item for item in pending
@@ -556,6 +583,11 @@ class Pi0Engine:
             raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}, '
                              f'larger than the maximum {o.max_frame_width}x'
                              f'{o.max_frame_height}')
+        if min(frame.shape[:2]) * self.dims.image_size < max(frame.shape[:2]):
+            # Resized with its aspect ratio kept, the short side would be less than a pixel.
+            raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}: more '
+                             f'than {self.dims.image_size}:1, too thin to resize to '
+                             f'{self.dims.image_size}x{self.dims.image_size}')
 
     @staticmethod
     def _check_frame_key(where: str, key) -> None:
@@ -573,10 +605,7 @@ class Pi0Engine:
                              f'got {len(frames)}')
         for cam, frame in enumerate(frames):
             self._check_frame(where, cam, frame)
-        try:
-            state = np.asarray(state, dtype=np.float32)
-        except (TypeError, ValueError) as error:
-            raise InputError(f'{where}state is not numeric: {error}') from error
+        state = _as_float32(where, 'state', state)
         if state.shape != (self.state_dim,):
             raise InputError(f'{where}state must have shape ({self.state_dim},), '
                              f'got {state.shape}')
@@ -584,6 +613,10 @@ class Pi0Engine:
             raise InputError(f'{where}state holds non-finite values')
         if not isinstance(instruction, str) or not instruction.strip():
             raise InputError(f'{where}instruction must be a non-empty string')
+        try:
+            instruction.encode('utf-8')
+        except UnicodeEncodeError as error:
+            raise InputError(f'{where}instruction is not valid text: {error}') from error
         if frame_keys is not None:
             if isinstance(frame_keys, (str, bytes)) or not hasattr(frame_keys, '__len__') \
                     or len(frame_keys) != self.num_cameras:
@@ -592,9 +625,7 @@ class Pi0Engine:
             for key in frame_keys:
                 self._check_frame_key(where, key)
         if noise is not None:
-            if isinstance(noise, torch.Tensor):
-                noise = noise.detach().to('cpu', torch.float32).numpy()
-            noise = np.asarray(noise, dtype=np.float32)
+            noise = _as_float32(where, 'noise', noise)
             expected = (self.chunk_size, self.dims.max_action_dim)
             if noise.shape != expected:
                 raise InputError(f'{where}noise must have shape {expected}, got {noise.shape}')

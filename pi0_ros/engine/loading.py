@@ -23,6 +23,10 @@ GEMMA_VARIANTS = {
     'gemma_2b': {'width': 2048, 'depth': 18, 'mlp_dim': 16384, 'heads': 8, 'head_dim': 256},
     'gemma_300m': {'width': 1024, 'depth': 18, 'mlp_dim': 4096, 'heads': 8, 'head_dim': 256},
 }
+# Tensors a pi0 checkpoint holds that inference does not use: the language-model heads
+# (PaliGemma's is tied to its input embedding).
+UNUSED_SUFFIXES = ('paligemma.lm_head.weight', 'gemma_expert.lm_head.weight')
+FLOAT_DTYPES = ('F32', 'BF16', 'F16', 'F64')
 # Key renames LeRobot applies when loading older (openpi-converted) checkpoints.
 KEY_ALIASES = {
     'action_time_mlp_in.': 'time_mlp_in.',
@@ -138,7 +142,11 @@ def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: st
         raise CheckpointError(f'{path}: no {step_name!r} step (expected the normalization step '
                               'that LeRobot saves with the policy)')
     step_config = step.get('config') or {}
-    mode = (step_config.get('norm_map') or {}).get(feature_type, 'IDENTITY')
+    norm_map = step_config.get('norm_map') if isinstance(step_config, dict) else None
+    if not isinstance(step_config, dict) or not isinstance(norm_map or {}, dict):
+        raise CheckpointError(f'{path}: step {step_name!r} must have a "config" object with a '
+                              f'"norm_map" object, found {step_config!r}')
+    mode = (norm_map or {}).get(feature_type, 'IDENTITY')
     if mode == 'IDENTITY':
         return NormStats.identity(size)
     if mode != 'MEAN_STD':
@@ -157,7 +165,11 @@ def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: st
         raise CheckpointError(f'{stats_path} is not a valid safetensors file: {error}') from error
     mean_key, std_key = f'{feature}.mean', f'{feature}.std'
     if mean_key not in tensors and std_key not in tensors:
-        return NormStats.identity(size)  # LeRobot leaves features without stats unchanged
+        # LeRobot would leave the feature unchanged; for actions that means sending normalized
+        # values (about +-2) to the arm as joint positions, so it is refused here.
+        raise CheckpointError(f'{stats_path}: {feature_type} normalization is MEAN_STD but '
+                              f'there are no {mean_key!r}/{std_key!r} statistics (the '
+                              'checkpoint was saved without dataset stats)')
     values = []
     for key in (mean_key, std_key):
         if key not in tensors:
@@ -217,12 +229,25 @@ class SafetensorsWeights:
             raise CheckpointError(f'{self.path} is not a valid safetensors file: {error}') \
                 from error
         self._shapes = lerobot_parameter_shapes(dims)
+        used = set()
         for key in self._shapes:
             found = self._resolve(key)
-            shape = tuple(self._file.get_slice(found).get_shape())
+            used.add(found)
+            tensor = self._file.get_slice(found)
+            shape = tuple(tensor.get_shape())
             if shape != self._shapes[key]:
                 raise CheckpointError(f'{self.path}: {found} has shape {shape}, expected '
                                       f'{self._shapes[key]} (check the model dimensions)')
+            if tensor.get_dtype() not in FLOAT_DTYPES:
+                raise CheckpointError(f'{self.path}: {found} is {tensor.get_dtype()}, expected '
+                                      'floating point (F32, BF16 or F16)')
+        unexpected = sorted(key for key in self._keys - used
+                            if not key.endswith(UNUSED_SUFFIXES))
+        if unexpected:
+            listed = ', '.join(unexpected[:5]) + (
+                f' and {len(unexpected) - 5} more' if len(unexpected) > 5 else '')
+            raise CheckpointError(f'{self.path}: tensors that pi0 does not have: {listed} '
+                                  '(another model, or other model dimensions)')
 
     def _resolve(self, key: str) -> str:
         candidates = [f'model.{key}', key]

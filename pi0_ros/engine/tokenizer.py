@@ -43,9 +43,13 @@ def load_tokenizer(path):
                               "PaliGemma's tokenizer save_pretrained()")
     try:
         from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as error:  # noqa: B902 - any parse failure is a checkpoint problem
         raise CheckpointError(f'could not load the tokenizer in {path}: {error}') from error
+    if tokenizer.pad_token_id is None:
+        raise CheckpointError(f'the tokenizer in {path} has no pad token: pi0 pads every prompt '
+                              'to tokenizer_max_length (PaliGemma uses <pad>)')
+    return tokenizer
 
 
 def tokenize_prompt(tokenizer, instruction: str, max_length: int) -> tuple:
