@@ -50,6 +50,9 @@ LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 REPORT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 LOG_THROTTLE_S = 2.0
+# The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
+# stay in its values).
+INPUT_WARN_S = 10.0
 
 _ENGINE_STATES = {
     WorkerState.STARTING: PolicyStatus.ENGINE_IDLE,
@@ -120,6 +123,7 @@ class Pi0ControlNode(LifecycleNode):
         self._output_lock = threading.Lock()
         self._settings = None
         self._worker = None
+        self._lingering_worker = None  # a worker whose thread outlived its stop()
         self._control_thread = None
         self.control_thread_error = None
         self._entities = []
@@ -133,6 +137,12 @@ class Pi0ControlNode(LifecycleNode):
         except ParameterError as error:
             self.get_logger().error(f'configure failed: {error}')
             return TransitionCallbackReturn.FAILURE
+        lingering = self._lingering_worker
+        if lingering is not None and lingering.alive:
+            self.get_logger().error('configure failed: the previous engine is still loading (its '
+                                    'thread did not stop); configure again once it has finished')
+            return TransitionCallbackReturn.FAILURE
+        self._lingering_worker = None
         self._settings = settings
         self._reset_runtime_state()
         self._create_interfaces(settings)
@@ -147,10 +157,20 @@ class Pi0ControlNode(LifecycleNode):
                                        encode_frames_ahead=settings.encode_frames_ahead)
         started = time.monotonic()
         self._worker.start()
-        if not self._worker.wait_ready(settings.engine_ready_timeout):
-            reason = self._worker.error or f'not ready after {settings.engine_ready_timeout} s'
+        # In short waits, so that SIGINT/SIGTERM during a long load ends the transition.
+        while not self._worker.wait_ready(0.2):
+            if self._worker.state is not WorkerState.STARTING:
+                reason = self._worker.error or 'the engine did not start'
+            elif not self.context.ok():
+                reason = 'shutting down while the engine loaded'
+            elif time.monotonic() - started >= settings.engine_ready_timeout:
+                reason = f'not ready after {settings.engine_ready_timeout} s'
+            else:
+                continue
             self.get_logger().error(f'configure failed: {reason}')
-            self._teardown()
+            # Shutting down: do not wait for an engine build that cannot be interrupted (the
+            # thread is a daemon and ends with the process).
+            self._teardown(worker_stop_timeout=0.2 if not self.context.ok() else 5.0)
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
         device = self._worker.engine_device
@@ -223,6 +243,8 @@ class Pi0ControlNode(LifecycleNode):
         self._output_rate = diagnostics.RateMeter()
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
         self._skews = deque(maxlen=200)
+        self._last_rejection = -float('inf')  # monotonic time of the newest rejected input
+        self._engine_rejections_seen = 0
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
                           'inputs_rejected': 0, 'commands_published': 0,
@@ -285,9 +307,11 @@ class Pi0ControlNode(LifecycleNode):
                                                                'joint_trajectory', COMMAND_QOS)
         self._chunk_pub = self.create_lifecycle_publisher(ActionChunk, '~/action_chunk',
                                                           REPORT_QOS)
-        self._status_pub = self.create_lifecycle_publisher(PolicyStatus, '~/status', REPORT_QOS)
-        self._diagnostics_pub = self.create_lifecycle_publisher(DiagnosticArray, '/diagnostics',
-                                                                REPORT_QOS)
+        # Status and diagnostics report in every configured state (inactive too), as a
+        # diagnostics aggregator expects: plain publishers, not lifecycle ones.
+        self._status_pub = self.create_publisher(PolicyStatus, '~/status', REPORT_QOS)
+        self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
+                                                      REPORT_QOS)
         self._entities += [
             self.create_timer(period, self.control_timer_callback, callback_group=output),
             self.create_timer(1.0 / settings.status_rate, self.status_timer_callback,
@@ -355,13 +379,14 @@ class Pi0ControlNode(LifecycleNode):
             self._pending_results.clear()
             self._epoch += 1
             epoch = self._epoch
+            self._output_rate.reset()  # its stamps are on the old time base
         if self._worker is not None:
             self._worker.set_epoch(epoch)
         self.get_logger().warning(
             f'clock jumped back by {-jump.delta.nanoseconds * 1e-9:.3f} s: inputs and results '
             'of the old time base dropped')
 
-    def _teardown(self):
+    def _teardown(self, worker_stop_timeout=5.0):
         with self._lock:
             self._active = False
         handle, self._clock_jump_handle = getattr(self, '_clock_jump_handle', None), None
@@ -372,7 +397,8 @@ class Pi0ControlNode(LifecycleNode):
                 self.get_logger().warning('control thread did not stop within 5 s')
             self._control_thread = None
         if self._worker is not None:
-            self._worker.stop()
+            if not self._worker.stop(worker_stop_timeout):
+                self._lingering_worker = self._worker
             self._worker = None
         for entity in self._entities:
             destroy = {'Subscription': self.destroy_subscription, 'Service': self.destroy_service,
@@ -382,7 +408,10 @@ class Pi0ControlNode(LifecycleNode):
         for name in ('_trajectory_pub', '_chunk_pub', '_status_pub', '_diagnostics_pub'):
             publisher = getattr(self, name, None)
             if publisher is not None:
-                self.destroy_lifecycle_publisher(publisher)
+                if name in ('_status_pub', '_diagnostics_pub'):
+                    self.destroy_publisher(publisher)
+                else:
+                    self.destroy_lifecycle_publisher(publisher)
                 setattr(self, name, None)
 
     # Time and bad input --------------------------------------------------------------------
@@ -393,6 +422,7 @@ class Pi0ControlNode(LifecycleNode):
         """Count a rejected input and log it, throttled per reason."""
         with self._lock:
             self._counters['inputs_rejected'] += 1
+            self._last_rejection = time.monotonic()
             key = f'{source}: {error.reason}'
             self._rejections[key] = self._rejections.get(key, 0) + 1
         logger = self._rejection_loggers.get(error.reason)
@@ -480,7 +510,7 @@ class Pi0ControlNode(LifecycleNode):
             return True
         if self._worker.busy:
             return False
-        return self._planner.remaining_horizon(self._now()) < settings.replan_horizon
+        return self._planner.remaining_horizon(self._now()) <= settings.replan_horizon
 
     def joint_state_callback(self, msg):
         """Map joint states by name into the configured order and buffer them."""
@@ -558,7 +588,8 @@ class Pi0ControlNode(LifecycleNode):
     def control_timer_callback(self):
         """Publish the next trajectory points; hold when anything is stale or unsafe."""
         with self._output_lock:
-            self._control_tick()
+            if not self._control_tick():
+                self._output_rate.reset()  # nothing published: no rate to report
 
     def _control_tick(self):
         now = self._now()
@@ -612,12 +643,13 @@ class Pi0ControlNode(LifecycleNode):
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
-            self._output_rate.tick(time.monotonic())
+            self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
             self._publish_points(points)
         # The chunks' reports go out after the command, so that they never delay it.
         for result, chunk in chunks:
             if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
                 self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
+        return not idle
 
     def _hold_reason(self, now, observation_stamp, joint_state_time):
         settings = self._settings
@@ -683,15 +715,17 @@ class Pi0ControlNode(LifecycleNode):
     # Status and diagnostics ----------------------------------------------------------------
     def status_timer_callback(self):
         """Publish ~/status and /diagnostics."""
-        if self._worker is None or self._planner is None:
+        # One snapshot: a cleanup on another executor thread may clear them meanwhile.
+        worker, status_pub, diagnostics_pub = (self._worker, self._status_pub,
+                                               self._diagnostics_pub)
+        if worker is None or self._planner is None or None in (status_pub, diagnostics_pub):
             return
-        now = self._now()
-        status = self._build_status(now)
-        self._status_pub.publish(status)
-        self._diagnostics_pub.publish(self._build_diagnostics(status))
+        status = self._build_status(self._now(), worker)
+        status_pub.publish(status)
+        diagnostics_pub.publish(self._build_diagnostics(status, worker))
 
-    def _build_status(self, now):
-        settings, worker = self._settings, self._worker
+    def _build_status(self, now, worker):
+        settings = self._settings
         with self._lock:
             counters = dict(self._counters)
             observation_stamp = self._last_observation_stamp
@@ -725,8 +759,7 @@ class Pi0ControlNode(LifecycleNode):
         status.header.stamp = self.get_clock().now().to_msg()
         return status
 
-    def _build_diagnostics(self, status):
-        worker = self._worker
+    def _build_diagnostics(self, status, worker):
         engine_level = {PolicyStatus.ENGINE_FAILED: diagnostics.ERROR,
                         PolicyStatus.ENGINE_STOPPED: diagnostics.WARN}.get(status.engine_state,
                                                                            diagnostics.OK)
@@ -736,7 +769,16 @@ class Pi0ControlNode(LifecycleNode):
             rejections = dict(self._rejections)
             skews = list(self._skews)
             blocked = self._counters['commands_blocked']
-        inputs_level = diagnostics.WARN if status.inputs_rejected else diagnostics.OK
+        engine_rejections = worker.counters['inputs_rejected']
+        if engine_rejections > self._engine_rejections_seen:
+            self._engine_rejections_seen = engine_rejections
+            self._last_rejection = time.monotonic()
+        recent = time.monotonic() - self._last_rejection <= INPUT_WARN_S
+        inputs_level = diagnostics.WARN if recent else diagnostics.OK
+        inputs_message = (f'{status.inputs_rejected} rejected, the last '
+                          f'{time.monotonic() - self._last_rejection:.0f} s ago' if recent
+                          else f'ok ({status.inputs_rejected} rejected since configure)'
+                          if status.inputs_rejected else 'ok')
         array = DiagnosticArray()
         array.header.stamp = status.header.stamp
         name = self.get_fully_qualified_name()
@@ -767,8 +809,7 @@ class Pi0ControlNode(LifecycleNode):
                  'actions skipped (latency)': status.actions_skipped,
                  'commands blocked': blocked}),
             diagnostics.diagnostic_status(
-                f'{name}: inputs', inputs_level,
-                f'{status.inputs_rejected} rejected' if status.inputs_rejected else 'ok',
+                f'{name}: inputs', inputs_level, inputs_message,
                 {'observation age s': status.observation_age_s,
                  'observations synced': status.observations_synced,
                  'observations dropped': status.observations_dropped,
@@ -816,6 +857,8 @@ def main(args=None):
         executor.add_node(node)
         if node.get_parameter('autostart').value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                if not node.context.ok():
+                    return 0  # SIGINT/SIGTERM while the engine loaded: a requested exit
                 node.get_logger().fatal('could not configure; exiting')
                 return 1
             if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:

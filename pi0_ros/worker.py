@@ -163,14 +163,20 @@ class InferenceWorker:
             self._slot = None
             self._arrived_frames.clear()
             self._wakeup.notify()
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is None:
             return True
         thread.join(timeout)
-        if thread.is_alive():
+        if thread.is_alive():  # e.g. still building the engine: it exits when that returns
             self._log('warning', f'inference thread did not stop within {timeout:.1f} s')
             return False
+        self._thread = None
         return True
+
+    @property
+    def alive(self):
+        """Whether the thread still runs (after a stop() that timed out: until it exits)."""
+        return self._thread is not None and self._thread.is_alive()
 
     @property
     def busy(self):

@@ -8,6 +8,7 @@ The file named by PI0_ROS_FAULT_FILE holds one word, read before every inference
   oom     infer() raises torch.cuda.OutOfMemoryError (what a real CUDA OOM raises)
   nan     infer() returns a chunk full of NaN
   slow    infer() takes 1.5 s longer
+PI0_ROS_BUILD_DELAY (seconds, optional) makes building the engine take that much longer.
 """
 import os
 from pathlib import Path
@@ -48,7 +49,13 @@ class FaultyEngine:
 
 def main():
     build = control_node.build_engine
-    control_node.build_engine = lambda settings: FaultyEngine(build(settings))
+    delay = float(os.environ.get('PI0_ROS_BUILD_DELAY', '0'))
+
+    def faulty_build(settings):
+        threading.Event().wait(delay)  # a checkpoint that takes long to load
+        return FaultyEngine(build(settings))
+
+    control_node.build_engine = faulty_build
     return control_node.main()
 
 

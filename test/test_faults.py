@@ -279,6 +279,10 @@ def test_deactivate_brakes_and_activate_resumes_under_load(faulty):
     assert not any(brake.points[-1].velocities), 'the braking command must end at rest'
     # Nothing after the braking command while inactive (the feeder keeps everything coming).
     assert [t for t, _ in faulty.trajectories if t > deactivated + 0.1] == []
+    # Status (and diagnostics) keep reporting while inactive, with no output rate.
+    inactive = [msg for t, msg in faulty.statuses if t > deactivated + 0.3]
+    assert inactive and all(msg.lifecycle_state == 'inactive' for msg in inactive)
+    assert inactive[-1].control_rate_hz == 0.0
     response = faulty.call(ChangeState, 'pi0_ros/change_state', ChangeState.Request(
         transition=Transition(id=Transition.TRANSITION_ACTIVATE)))
     assert response.success
@@ -288,6 +292,27 @@ def test_deactivate_brakes_and_activate_resumes_under_load(faulty):
                        'did not follow again after activate')
     ros.spin_for(1.0)
     assert len(faulty.commands_since(activated)) >= 40
+
+
+def test_sigterm_while_the_engine_loads_exits_at_once(start_process, tmp_path):
+    # A checkpoint can take minutes to load; docker stop / systemd send SIGTERM and wait a
+    # few seconds before SIGKILL.
+    process = start_process(FAULTY_NODE, parameters=NODE_PARAMETERS,
+                            env={'PI0_ROS_FAULT_FILE': str(tmp_path / 'fault'),
+                                 'PI0_ROS_BUILD_DELAY': '60'})
+    deadline = time.monotonic() + 30.0
+    while 'loading the engine' not in process.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 'loading the engine' in process.output(), process.output()[-3000:]
+    time.sleep(1.0)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        pytest.fail('the node did not exit within 10 s:\n' + process.output()[-3000:])
+    assert time.monotonic() - sent < 5.0
+    assert code == 0, process.output()[-3000:]
 
 
 @pytest.mark.parametrize('signal_number', [signal.SIGINT, signal.SIGTERM],

@@ -10,14 +10,18 @@ thread and its engine are the real ones; only the message transport is left out.
 import threading
 from types import SimpleNamespace
 
+from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 import pytest
 import rclpy
+from rclpy._rclpy_pybind11 import RCLError
+from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from pi0_ros.conversions import rgb_to_image, seconds_to_stamp
+import pi0_ros.node
 from pi0_ros.node import Pi0ControlNode
 from pi0_ros.parameters import SO101_JOINTS
 
@@ -28,20 +32,37 @@ TIMEOUT = 30.0
 
 
 @pytest.fixture
-def node(ros_domain_id):
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
-    control_node = Pi0ControlNode(context=context, parameter_overrides=[
-        Parameter('device', value='cpu'), Parameter('control_thread_priority', value=0)])
-    try:
-        control_node.trigger_configure()
-        control_node.trigger_activate()
-        yield control_node
-    finally:
-        control_node.trigger_deactivate()
-        control_node.trigger_cleanup()   # stops the worker thread, destroys the interfaces
+def make_node(ros_domain_id):
+    """Return a factory of configured, active nodes (parameter overrides as keywords)."""
+    made = []
+
+    def make(**parameters):
+        context = rclpy.Context()
+        rclpy.init(context=context, domain_id=ros_domain_id)
+        overrides = {'device': 'cpu', 'control_thread_priority': 0, **parameters}
+        control_node = Pi0ControlNode(context=context, parameter_overrides=[
+            Parameter(name, value=value) for name, value in overrides.items()])
+        made.append((control_node, context))
+        if control_node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+            control_node.trigger_activate()
+        return control_node
+
+    yield make
+    for control_node, context in made:
+        # Deactivate and clean up (stops the worker thread, destroys the interfaces) from
+        # whatever state the test left it in.
+        for transition in (control_node.trigger_deactivate, control_node.trigger_cleanup):
+            try:
+                transition()
+            except RCLError:
+                pass    # not a transition from the current state
         control_node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+@pytest.fixture
+def node(make_node):
+    return make_node()
 
 
 def now(node):
@@ -130,3 +151,51 @@ def test_a_result_of_an_older_epoch_reaching_the_node_is_dropped(node):
     node._on_chunk_result(stale)
     node._on_chunk_result(current)
     assert list(node._pending_results) == [current]
+
+
+def inputs_diagnostic(node):
+    worker = node._worker
+    array = node._build_diagnostics(node._build_status(now(node), worker), worker)
+    return next(status for status in array.status if status.name.endswith(': inputs'))
+
+
+def test_the_inputs_diagnostic_warns_while_rejections_are_recent(node, monkeypatch):
+    assert inputs_diagnostic(node).level == DiagnosticStatus.OK
+    bad = joint_state(now(node))
+    bad.position[0] = float('nan')
+    node.joint_state_callback(bad)
+    entry = inputs_diagnostic(node)
+    assert entry.level == DiagnosticStatus.WARN and entry.message.startswith('1 rejected')
+    # Once the last rejection is older than the window, OK again; the count stays in the text.
+    monkeypatch.setattr(pi0_ros.node, 'INPUT_WARN_S', -1.0)
+    entry = inputs_diagnostic(node)
+    assert entry.level == DiagnosticStatus.OK
+    assert entry.message == 'ok (1 rejected since configure)'
+
+
+def test_a_replan_horizon_of_zero_replans_when_the_chunk_runs_out(make_node):
+    node = make_node(inference_trigger='horizon', replan_horizon=0.0)
+    node._planner_initialized = True         # following a chunk that has just run out
+    assert node._planner.remaining_horizon(now(node)) == 0.0
+    with node._lock:
+        assert node._wants_inference()
+
+
+def test_configure_is_refused_while_an_abandoned_engine_build_still_runs(
+        make_node, monkeypatch):
+    release = threading.Event()
+    build = pi0_ros.node.build_engine
+
+    def slow_build(settings):
+        release.wait(TIMEOUT)
+        return build(settings)
+
+    monkeypatch.setattr(pi0_ros.node, 'build_engine', slow_build)
+    node = make_node(engine_ready_timeout=1.0)   # configure gives up; the build goes on
+    assert node._worker is None and node._lingering_worker.alive
+    assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+    release.set()                                # the first build ends, its thread exits
+    assert node._lingering_worker._ready.wait(TIMEOUT)
+    node._lingering_worker.stop(TIMEOUT)
+    monkeypatch.setattr(pi0_ros.node, 'build_engine', build)
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
