@@ -58,9 +58,10 @@ class Recorder:
         from trajectory_msgs.msg import JointTrajectory
         self.joint_names = list(joint_names)
         self.commands = []      # (receive time, first point positions)
+        self.command_points = []  # (receive time, all positions [P, J], velocities [P, J])
         self.command_times = []
         self.measured = []      # (receive time, positions)
-        self.latencies_ms = []
+        self.latencies_ms = []  # (receive time, the chunk's inference time in ms)
         self.statuses = []
         self.frames = {}
         self.non_finite_commands = 0
@@ -68,7 +69,7 @@ class Recorder:
                                  self.trajectory_callback, 10)
         node.create_subscription(JointState, 'joint_states', self.joint_state_callback,
                                  qos_profile_sensor_data)
-        self.observation_to_command_ms = []
+        self.observation_to_command_ms = []  # (receive time, ms)
         self._clock = node.get_clock()
         node.create_subscription(ActionChunk, 'pi0_ros/action_chunk', self.chunk_callback, 10)
         node.create_subscription(PolicyStatus, 'pi0_ros/status', self.statuses.append, 10)
@@ -80,20 +81,25 @@ class Recorder:
     def chunk_callback(self, msg):
         # The node publishes a chunk on the control tick that first commands from it: receive
         # time - observation stamp is the observation-to-first-command latency (+ delivery).
-        self.latencies_ms.append(msg.total_ms)
+        received = time.monotonic()
+        self.latencies_ms.append((received, msg.total_ms))
         stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self.observation_to_command_ms.append((self._clock.now().nanoseconds - stamp_ns) * 1e-6)
+        self.observation_to_command_ms.append(
+            (received, (self._clock.now().nanoseconds - stamp_ns) * 1e-6))
 
     def trajectory_callback(self, msg):
         now = time.monotonic()
         self.command_times.append(now)
         if not msg.points:
             return
-        positions = np.array(msg.points[0].positions, dtype=np.float64)
-        if not np.all(np.isfinite(positions)):
-            self.non_finite_commands += 1
         index = [list(msg.joint_names).index(n) for n in self.joint_names]
-        self.commands.append((now, positions[index]))
+        positions = np.array([p.positions for p in msg.points], dtype=np.float64)[:, index]
+        velocities = np.array([p.velocities if len(p.velocities) else [0.0] * len(index)
+                               for p in msg.points], dtype=np.float64)[:, index]
+        if not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
+            self.non_finite_commands += 1
+        self.commands.append((now, positions[0]))
+        self.command_points.append((now, positions, velocities))
 
     def joint_state_callback(self, msg):
         if all(n in msg.name for n in self.joint_names):
@@ -157,8 +163,11 @@ def summarize(recorder, limits, control_rate, window):
     commands = [(t, q) for t, q in recorder.commands if start <= t <= end]
     measured = [(t, q) for t, q in recorder.measured if start <= t <= end]
     lower, upper = np.asarray(limits.position_lower), np.asarray(limits.position_upper)
-    out_of_limits = sum(int(np.any(q < lower - 1e-9) or np.any(q > upper + 1e-9))
-                        for _, q in commands)
+    max_velocity = np.asarray(limits.max_velocity)
+    # Every point of every command: positions inside the limits, speeds within them.
+    out_of_limits = sum(int(np.any(q < lower - 1e-9) or np.any(q > upper + 1e-9)
+                            or np.any(np.abs(v) > max_velocity * (1 + 1e-6)))
+                        for t, q, v in recorder.command_points if start <= t <= end)
     tracking = []
     if commands and measured:
         measured_times = np.array([t for t, _ in measured])
@@ -167,7 +176,9 @@ def summarize(recorder, limits, control_rate, window):
             i = min(np.searchsorted(measured_times, t), len(measured_times) - 1)
             tracking.append(np.abs(measured_positions[i] - q))
     tracking = np.array(tracking)
-    latencies = np.array(recorder.latencies_ms)
+    latencies = np.array([ms for t, ms in recorder.latencies_ms if start <= t <= end])
+    to_command = np.array([ms for t, ms in recorder.observation_to_command_ms
+                           if start <= t <= end])
     last = recorder.statuses[-1] if recorder.statuses else None
     motion = 0.0
     if measured:
@@ -187,10 +198,8 @@ def summarize(recorder, limits, control_rate, window):
             'p50': float(np.percentile(latencies, 50)) if latencies.size else None,
             'p99': float(np.percentile(latencies, 99)) if latencies.size else None},
         'observation_to_first_command_ms': {
-            'p50': float(np.percentile(recorder.observation_to_command_ms, 50))
-            if recorder.observation_to_command_ms else None,
-            'p99': float(np.percentile(recorder.observation_to_command_ms, 99))
-            if recorder.observation_to_command_ms else None},
+            'p50': float(np.percentile(to_command, 50)) if to_command.size else None,
+            'p99': float(np.percentile(to_command, 99)) if to_command.size else None},
         'tracking_error_rad': {
             'mean': float(tracking.mean()) if tracking.size else None,
             'max': float(tracking.max()) if tracking.size else None},
@@ -231,7 +240,7 @@ def write_plots(output, recorder, joint_names, window):
     plt.close(figure)
 
     figure, axis = plt.subplots(figsize=(7, 4))
-    axis.hist(recorder.latencies_ms, bins=40)
+    axis.hist([ms for t, ms in recorder.latencies_ms if t >= start], bins=40)
     axis.set_xlabel('inference latency per chunk [ms]')
     axis.set_ylabel('chunks')
     axis.set_title('Engine latency (ActionChunk.total_ms)')

@@ -72,6 +72,19 @@ def test_cubic_through_a_moving_waypoint_is_velocity_continuous():
     np.testing.assert_allclose(f.sample(1.0)[0], [1.0, 0.0], atol=1e-12)
 
 
+def test_a_trajectory_replaced_at_the_instant_it_arrived_keeps_its_velocity():
+    # Two commands with one receive time (two callbacks at one sim-clock tick): the second
+    # starts from the first one's state at that instant, velocity included.
+    f = follower()
+    f.set_trajectory(command([1.0], [[1.0, 0.0]], velocities=[[0.0, 0.0]]), now=0.0)
+    position, velocity = f.sample(0.5)
+    f.set_trajectory(command([1.0], [[1.0, 0.0]], velocities=[[0.0, 0.0]]), now=0.5)
+    f.set_trajectory(command([1.0], [[1.0, 0.0]], velocities=[[0.0, 0.0]]), now=0.5)
+    np.testing.assert_allclose(f.sample(0.5)[1], velocity, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(f.sample(0.5)[0], position, rtol=0, atol=1e-12)
+    assert velocity[0] > 1.0
+
+
 def test_future_stamp_waits_then_moves_from_the_held_position():
     f = follower((1.0, 1.0))
     f.set_trajectory(command([1.0], [[3.0, 1.0]], stamp=5.0), now=2.0)

@@ -78,3 +78,11 @@ def test_cameras_joint_states_and_trajectory(sim, ros_node):
         return np.allclose(states[-1][1].position, HOME_POSITION, atol=0.03)
 
     assert ros_node.spin_until(at_home, 10.0, sim), states[-1][1].position
+
+
+def test_a_real_time_factor_without_sim_time_is_refused(start_process):
+    # On the wall clock, trajectories and stamps would run 1 / factor as fast as the physics.
+    process = start_process('pi0_ros.sim.node', name='pi0_sim_rtf', parameters={
+        'image_width': 96, 'image_height': 64, 'real_time_factor': 0.5})
+    assert process.wait(timeout=60.0) == 1
+    assert 'real_time_factor 0.5 needs publish_clock and use_sim_time' in process.output()

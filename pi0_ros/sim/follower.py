@@ -126,8 +126,10 @@ class TrajectoryFollower:
     def sample(self, now: float) -> Tuple[np.ndarray, np.ndarray]:
         """Return the commanded (position, velocity) at time `now`."""
         times = self._times
-        if now <= times[0]:
+        if now < times[0]:
             return self._positions[0].copy(), np.zeros(len(self.joint_names))
+        if now == times[0]:  # a trajectory that replaced another at this very instant
+            return self._positions[0].copy(), self._velocities[0].copy()
         if now >= times[-1]:
             return self._positions[-1].copy(), np.zeros(len(self.joint_names))
         end = int(np.searchsorted(times, now, side='right'))

@@ -139,6 +139,13 @@ class SimNode(Node):
         for name, bad, ok in checks:
             if not ok:
                 raise ValueError(f'parameter {name} out of range: {bad!r}')
+        # Physics time is the node's clock only with /clock published and use_sim_time on;
+        # otherwise stamps and the trajectory follower run on the wall clock.
+        self._physics_clock = self._publish_clock and bool(value('use_sim_time'))
+        if self._real_time_factor != 1.0 and not self._physics_clock:
+            raise ValueError(f'real_time_factor {self._real_time_factor!r} needs publish_clock '
+                             'and use_sim_time: on the wall clock the trajectories would run '
+                             f'{1.0 / self._real_time_factor:.2f}x as fast as the physics')
 
     def _now_seconds(self) -> float:
         return self.get_clock().now().nanoseconds / _NS_PER_S
@@ -210,7 +217,11 @@ class SimNode(Node):
                 if self._scene.time < sim_start:  # reset moved physics time back
                     wall_start, sim_start = time.monotonic(), self._scene.time
                 for _ in range(max(steps, 0)):
-                    position, _velocity = self._follower.sample(self._now_seconds())
+                    # With sim time, the time this step stands for (the node's clock only
+                    # hears /clock every few steps); else the wall clock.
+                    now = (self._scene.time if self._physics_clock
+                           else self._now_seconds())
+                    position, _velocity = self._follower.sample(now)
                     self._scene.set_position_targets(position)
                     self._scene.step()
                 sim_time = self._scene.time

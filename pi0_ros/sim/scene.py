@@ -174,8 +174,15 @@ class SimScene:
         return float(self.model.opt.timestep)
 
     def reset(self, position=HOME_POSITION) -> None:
-        """Put objects back, the arm at `position` (at rest) with its targets there."""
+        """
+        Put objects back, the arm at `position` (at rest) with its targets there.
+
+        Physics time goes on (mj_resetData would set it to 0): /clock and every stamp derived
+        from it stay monotonic, as ROS time must.
+        """
+        elapsed = self.data.time
         mujoco.mj_resetData(self.model, self.data)
+        self.data.time = elapsed
         position = np.asarray(position, dtype=float)
         self.data.qpos[self._qpos_index] = position
         self.set_position_targets(position)
