@@ -94,7 +94,7 @@ class Recorder:
             return
         index = [list(msg.joint_names).index(n) for n in self.joint_names]
         positions = np.array([p.positions for p in msg.points], dtype=np.float64)[:, index]
-        velocities = np.array([p.velocities if len(p.velocities) else [0.0] * len(index)
+        velocities = np.array([p.velocities if len(p.velocities) else [0.0] * len(msg.joint_names)
                                for p in msg.points], dtype=np.float64)[:, index]
         if not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
             self.non_finite_commands += 1
