@@ -20,7 +20,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from pi0_ros.conversions import rgb_to_image, seconds_to_stamp
+from pi0_ros.conversions import rgb_to_image, seconds_to_stamp, stamp_to_seconds
 import pi0_ros.node
 from pi0_ros.node import Pi0ControlNode
 from pi0_ros.parameters import SO101_JOINTS
@@ -130,8 +130,12 @@ def test_a_set_matched_before_an_epoch_change_is_not_submitted(node):
     node.joint_state_callback(joint_state(t + 0.01))
     for index, camera in enumerate(CAMERAS[:2]):
         node.image_callback(index, camera, frame(50, t, camera))
+    # The stamp as the other two frames carry it (through a message: rounded to the ns); a
+    # set whose stamps differ by that rounding is not final yet (the first set waits).
+    stamp = stamp_to_seconds(seconds_to_stamp(t))
     with node._lock:
-        matched = node._sync.add(2, t, (np.full((48, 64, 3), 50, np.uint8), ('wrist', 0, 1)))
+        matched = node._sync.add(2, stamp, (np.full((48, 64, 3), 50, np.uint8),
+                                            ('wrist', 0, 1)))
         epoch = node._epoch
     assert matched is not None
     node.instruction_callback(String(data='place it'))         # the epoch changes meanwhile

@@ -319,13 +319,16 @@ def test_cleanup_and_configure_again_restart_the_control_timer(
     transition(Transition.TRANSITION_ACTIVATE)
     harness.wait_following(timeout=30.0)
     count = len(harness.trajectories)
-    # 4 s: with priority 0 the timer shares the executor with the camera callbacks, and one
-    # stall of a few hundred ms on a loaded 2-core machine (CI) must not decide the rate alone
-    # (one CI run measured 43.9 Hz over 2 s; the same commit passed in the next).
+    # 4 s. With priority 0 the timer shares the executor (and the GIL) with the camera
+    # callbacks and the CPU inference thread: on a loaded 2-core machine (CI) it misses ticks
+    # (two of five CI runs in session 15 measured 43.9 Hz over 2 s and 47.0 Hz over 4 s), so
+    # 10 % there; its own real-time thread keeps 5 %. Either still shows that the timer came
+    # back once, at its rate (not stopped, not doubled).
     ros.spin_for(4.0)
     window = harness.trajectories[count:]
     rate = (len(window) - 1) / (window[-1][0] - window[0][0])
-    assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.05, f'output rate {rate:.2f} Hz'
+    tolerance = 0.05 if priority else 0.10
+    assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= tolerance, f'output rate {rate:.2f} Hz'
     for _, msg in window:
         check_command(msg)
     output = harness.process.output()
