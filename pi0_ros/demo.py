@@ -57,7 +57,6 @@ class Recorder:
         from sensor_msgs.msg import Image, JointState
         from trajectory_msgs.msg import JointTrajectory
         self.joint_names = list(joint_names)
-        self.commands = []      # (receive time, first point positions)
         self.command_points = []  # (receive time, all positions [P, J], velocities [P, J])
         self.command_times = []
         self.measured = []      # (receive time, positions)
@@ -98,8 +97,12 @@ class Recorder:
                                for p in msg.points], dtype=np.float64)[:, index]
         if not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
             self.non_finite_commands += 1
-        self.commands.append((now, positions[0]))
         self.command_points.append((now, positions, velocities))
+
+    @property
+    def commands(self):
+        """Return (receive time, first point positions) of every command."""
+        return [(t, positions[0]) for t, positions, _ in self.command_points]
 
     def joint_state_callback(self, msg):
         if all(n in msg.name for n in self.joint_names):
@@ -224,10 +227,11 @@ def write_plots(output, recorder, joint_names, window):
     start = window[0]
     figure, axes = plt.subplots(len(joint_names), 1, figsize=(10, 2 * len(joint_names)),
                                 sharex=True)
+    commands = recorder.commands
     for j, (axis, name) in enumerate(zip(axes, joint_names)):
-        if recorder.commands:
-            axis.plot([t - start for t, _ in recorder.commands],
-                      [q[j] for _, q in recorder.commands], label='commanded', lw=1.2)
+        if commands:
+            axis.plot([t - start for t, _ in commands],
+                      [q[j] for _, q in commands], label='commanded', lw=1.2)
         if recorder.measured:
             axis.plot([t - start for t, _ in recorder.measured],
                       [q[j] for _, q in recorder.measured], label='measured', lw=0.8)

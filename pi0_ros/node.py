@@ -244,7 +244,6 @@ class Pi0ControlNode(LifecycleNode):
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
         self._skews = deque(maxlen=200)
         self._last_rejection = -float('inf')  # monotonic time of the newest rejected input
-        self._engine_rejections_seen = 0
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
                           'inputs_rejected': 0, 'commands_published': 0,
@@ -769,14 +768,12 @@ class Pi0ControlNode(LifecycleNode):
             rejections = dict(self._rejections)
             skews = list(self._skews)
             blocked = self._counters['commands_blocked']
-        engine_rejections = worker.counters['inputs_rejected']
-        if engine_rejections > self._engine_rejections_seen:
-            self._engine_rejections_seen = engine_rejections
-            self._last_rejection = time.monotonic()
-        recent = time.monotonic() - self._last_rejection <= INPUT_WARN_S
+        # The newest rejection, the node's own (messages) or the engine's (observations).
+        age = time.monotonic() - max(self._last_rejection, worker.last_input_rejection)
+        recent = age <= INPUT_WARN_S
         inputs_level = diagnostics.WARN if recent else diagnostics.OK
-        inputs_message = (f'{status.inputs_rejected} rejected, the last '
-                          f'{time.monotonic() - self._last_rejection:.0f} s ago' if recent
+        inputs_message = (f'{status.inputs_rejected} rejected, the last {age:.0f} s ago'
+                          if recent
                           else f'ok ({status.inputs_rejected} rejected since configure)'
                           if status.inputs_rejected else 'ok')
         array = DiagnosticArray()

@@ -79,7 +79,7 @@ class InferenceWorker:
         self._arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
         self._encode_frames_ahead = encode_frames_ahead
         self._warning_period_s = warning_period_s
-        self._last_encode_warning = -float('inf')
+        self._last_warnings = {}  # kind -> monotonic time of its last throttled warning
         self._epoch = 0
         self._stop_requested = False
         self._ready = threading.Event()
@@ -91,7 +91,7 @@ class InferenceWorker:
         self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0,
                          'inputs_rejected': 0, 'frames_encoded_ahead': 0,
                          'encode_ahead_failures': 0}
-        self._last_rejection_warning = -float('inf')
+        self.last_input_rejection = -float('inf')  # monotonic time of the engine's last one
         self.consecutive_failures = 0
 
     # Control from the node (any thread) -----------------------------------------------------
@@ -268,11 +268,10 @@ class InferenceWorker:
                                         frame_keys=list(observation.frame_keys))
         except InputError as error:  # the observation, not the engine: no failure counted
             self.counters['inputs_rejected'] += 1
-            now = time.monotonic()
-            if now - self._last_rejection_warning >= self._warning_period_s:
-                self._last_rejection_warning = now
-                self._log('warning', f'observation rejected by the engine '
-                                     f"({self.counters['inputs_rejected']} so far): {error}")
+            self.last_input_rejection = time.monotonic()
+            self._warn_throttled('rejection', f'observation rejected by the engine '
+                                              f"({self.counters['inputs_rejected']} so far): "
+                                              f'{error}')
             return None
         except Exception as error:  # noqa: B902 - engine errors become state, never a crash
             self.counters['failures'] += 1
@@ -299,12 +298,17 @@ class InferenceWorker:
                 {camera: frame}, {camera: key})
         except Exception as error:  # noqa: B902 - the observation's call encodes it instead
             self.counters['encode_ahead_failures'] += 1
-            now = time.monotonic()
-            if now - self._last_encode_warning >= self._warning_period_s:
-                self._last_encode_warning = now
-                self._log('warning', f'encoding camera {camera} ahead failed '
-                                     f"({self.counters['encode_ahead_failures']} so far; the "
-                                     f'observation encodes it): {type(error).__name__}: {error}')
+            self._warn_throttled('encode', f'encoding camera {camera} ahead failed '
+                                           f"({self.counters['encode_ahead_failures']} so far; "
+                                           f'the observation encodes it): '
+                                           f'{type(error).__name__}: {error}')
+
+    def _warn_throttled(self, kind, message):
+        """Log a warning of this kind at most once per warning period."""
+        now = time.monotonic()
+        if now - self._last_warnings.get(kind, -float('inf')) >= self._warning_period_s:
+            self._last_warnings[kind] = now
+            self._log('warning', message)
 
     def _release_engine(self):
         engine, self._engine = self._engine, None

@@ -240,7 +240,7 @@ class SafetensorsWeights:
                                       f'{self._shapes[key]} (check the model dimensions)')
             if tensor.get_dtype() not in FLOAT_DTYPES:
                 raise CheckpointError(f'{self.path}: {found} is {tensor.get_dtype()}, expected '
-                                      'floating point (F32, BF16 or F16)')
+                                      f"floating point ({', '.join(FLOAT_DTYPES)})")
         unexpected = sorted(key for key in self._keys - used
                             if not key.endswith(UNUSED_SUFFIXES))
         if unexpected:
