@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 
+from pi0_ros import nvml
 from pi0_ros.engine import EngineOptions, kernel_configs, memory, ModelDims, Pi0Engine
 from pi0_ros.engine.config import parse_layer_ranges
 from pi0_ros.engine.engine import resolve_device, resolve_dtype
@@ -124,11 +125,12 @@ class GpuSampler:
         self._energy = energy
         self._energy_mj = [None, None]  # counter on entering, on leaving
         self.power_limit_w = None
-        if read is None and device.type == 'cuda':
+        found = nvml.device_handle(device) if read is None else None
+        if read is None and device.type == 'cuda' and found is None:
+            print('[bench] no GPU telemetry (no NVML handle for this device)', flush=True)
+        if found is not None:
+            pynvml, handle = found
             try:
-                import pynvml
-                pynvml.nvmlInit()
-                handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
                 self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3
                 self._read = lambda: (
                     pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,

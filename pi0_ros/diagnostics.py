@@ -6,6 +6,8 @@ from collections import deque
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 import numpy as np
 
+from pi0_ros import nvml
+
 
 def percentile(values, q):
     """Return the q-th percentile of values (0.0 when empty)."""
@@ -45,19 +47,11 @@ class RateMeter:
 
 
 class GpuTelemetry:
-    """GPU memory and utilization through NVML (pynvml); zeros where no GPU is used."""
+    """GPU memory and utilization of a torch device through NVML; zeros where there is none."""
 
-    def __init__(self, device_index=None):
-        self._handle = None
-        if device_index is None:
-            return
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(device_index))
-        except Exception:  # noqa: B902 - no driver/NVML: report zeros, do not fail the node
-            self._handle = None
+    def __init__(self, device=None):
+        found = nvml.device_handle(device)
+        self._nvml, self._handle = found if found is not None else (None, None)
 
     @property
     def available(self):

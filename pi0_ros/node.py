@@ -174,8 +174,7 @@ class Pi0ControlNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
         device = self._worker.engine_device
-        self._gpu = diagnostics.GpuTelemetry(
-            (device.index or 0) if device is not None and device.type == 'cuda' else None)
+        self._gpu = diagnostics.GpuTelemetry(device)
         return super().on_configure(state)
 
     def on_activate(self, state):

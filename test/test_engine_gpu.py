@@ -270,3 +270,13 @@ def test_memory_estimate_covers_the_measured_peak():
         del engine
         # The planner never promises less than the engine takes, and wastes under 10 %.
         assert measured <= estimate <= 1.10 * measured, (max_batch, measured, estimate)
+
+
+def test_nvml_handle_is_the_gpu_pytorch_uses():
+    # The telemetry's GPU is found by UUID (pi0_ros.nvml): NVML must know it, and its memory
+    # total is the one CUDA reports for PyTorch's device.
+    from pi0_ros import nvml
+    found = nvml.device_handle(torch.device('cuda', 0))
+    assert found is not None
+    pynvml, handle = found
+    assert pynvml.nvmlDeviceGetMemoryInfo(handle).total == torch.cuda.mem_get_info(0)[1]
