@@ -611,8 +611,13 @@ class Pi0ControlNode(LifecycleNode):
             # unknown or old (it may have been moved by someone else meanwhile).
             if latest_joint is None or now - latest_joint[0] > settings.joint_state_timeout:
                 return
+            # Where the arm is now (extrapolated with its measured velocity, if any): an arm
+            # still moving is continued and braked, not stopped within one point.
+            _, position, velocity = latest_joint
+            position_now = self._joint_buffer.at(now)
             try:
-                self._planner.reset(latest_joint[1], now)
+                self._planner.reset(position if position_now is None else position_now, now,
+                                    velocity)
             except OutsideLimits as error:
                 # Commanding it inside at once would be a jump: nothing is published until the
                 # arm is back within its limits (or the limits are corrected).

@@ -285,9 +285,11 @@ class JointStateBuffer:
             start = self._positions[index - 1]
             return start + fraction * (self._positions[index] - start)
 
-    def latest(self) -> tuple[float, np.ndarray] | None:
-        """Return (stamp, positions) of the newest sample, or None when empty."""
+    def latest(self) -> tuple[float, np.ndarray, np.ndarray | None] | None:
+        """Return (stamp, positions, velocities or None) of the newest sample, or None."""
         with self._lock:
             if not self._stamps:
                 return None
-            return self._stamps[-1], self._positions[-1].copy()
+            velocities = self._velocities[-1]
+            return (self._stamps[-1], self._positions[-1].copy(),
+                    None if velocities is None else velocities.copy())

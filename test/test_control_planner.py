@@ -105,6 +105,43 @@ def test_a_position_far_outside_the_limits_is_refused_not_jumped_from():
     np.testing.assert_array_equal(planner.step(1.1).positions[0], [0.5, 0.0])
 
 
+def test_a_moving_start_continues_the_measured_velocity_and_brakes_until_a_chunk():
+    # The arm still moves at 0.6 rad/s when the policy takes over (another commander let go).
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    planner.reset(np.array([0.0, 0.5]), 0.0, velocity=np.array([0.6, 0.0]))
+    planner.set_enabled(True)
+    np.testing.assert_array_equal(planner.commanded_velocity, [0.6, 0.0])
+    trace = []
+    plans = run(planner, 0.0, 0.2, trace=trace)
+    assert plans[0].hold_reason == 'waiting for chunk'
+    # The first point brakes by A h from the measured speed: no stop within one point.
+    assert plans[0].velocities[0, 0] == pytest.approx(0.6 - 5.0 * H)
+    speeds = [velocity[0] for _, velocity in trace]
+    assert all(later <= earlier for earlier, later in zip(speeds, speeds[1:]))
+    assert speeds[-1] == 0.0 and trace[-1][0][0] == pytest.approx(0.6 ** 2 / 10.0, abs=0.01)
+    assert planner.add_chunk(constant_chunk(0.2, [0.0, 0.5]), 0.2).accepted
+    assert planner.step(0.2).state is PlannerState.FOLLOWING
+
+
+def test_a_moving_start_is_bounded_by_every_limit():
+    planner = ChunkPlanner(PlannerConfig(), make_limits())
+    # Beyond the velocity limit (1.0), and faster than a plan can stop from (A h (N-1) = 0.9).
+    np.testing.assert_allclose(planner.startable_velocity(np.zeros(2), np.array([3.0, -0.95])),
+                               [0.9, -0.9])
+    # Toward a limit too close to brake from full speed; moving out of the limits at a bound.
+    near = np.array([0.98, -2.0])
+    bounded = planner.startable_velocity(near, np.array([0.8, -0.5]))
+    assert 0.0 < bounded[0] < 0.8 and bounded[1] == 0.0
+    planner.reset(near, 0.0, velocity=np.array([0.8, -0.5]))
+    planner.set_enabled(True)
+    run(planner, 0.0, 0.3)                   # every plan inside all limits (run asserts it)
+    assert planner.commanded_position[0] <= 1.0 and not np.any(planner.commanded_velocity)
+    with pytest.raises(ValueError, match='reset velocity'):
+        planner.reset(np.zeros(2), 0.0, velocity=np.array([math.inf, 0.0]))
+    with pytest.raises(ValueError, match='reset velocity'):
+        planner.reset(np.zeros(2), 0.0, velocity=np.zeros(3))
+
+
 def test_holds_the_reset_position_before_the_first_chunk():
     planner = make_planner(position=(0.25, -0.75))
     points = planner.step(0.0)

@@ -203,3 +203,19 @@ def test_configure_is_refused_while_an_abandoned_engine_build_still_runs(
     node._lingering_worker.stop(TIMEOUT)
     monkeypatch.setattr(pi0_ros.node, 'build_engine', build)
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+
+
+def test_an_arm_still_moving_at_the_start_is_braked_not_stopped_within_one_point(node):
+    # Another commander let go of an arm moving at 0.5 rad/s (joint 0): the first command
+    # continues from the measured velocity at the acceleration limit.
+    published = []
+    node._trajectory_pub.publish = published.append
+    msg = joint_state(now(node))
+    msg.velocity = [0.5] + [0.0] * (len(SO101_JOINTS) - 1)
+    node.joint_state_callback(msg)
+    node.control_timer_callback()
+    assert published, node._start_refused
+    first = published[0].points[0]
+    step = first.time_from_start.sec + first.time_from_start.nanosec * 1e-9
+    assert first.velocities[0] == pytest.approx(0.5 - 10.0 * step, abs=1e-6)
+    assert first.positions[0] > 0.0 and list(first.velocities[1:]) == [0.0] * 5

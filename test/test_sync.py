@@ -351,8 +351,10 @@ def test_buffer_capacity_drops_the_oldest():
     assert buffer.at(0.0) is None                         # 0.00 and 0.01 are gone
     np.testing.assert_array_equal(buffer.at(0.02), [2.0])
     assert not buffer.add(0.005, np.array([9.0]))         # older than a full buffer
-    stamp, positions = buffer.latest()
-    assert stamp == 0.04 and positions.tolist() == [4.0]
+    stamp, positions, velocities = buffer.latest()
+    assert stamp == 0.04 and positions.tolist() == [4.0] and velocities is None
+    assert buffer.add(0.05, np.array([5.0]), velocities=np.array([0.5]))
+    assert buffer.latest()[2].tolist() == [0.5]
 
 
 def test_buffer_rejects_bad_samples_and_ignores_bad_velocities():

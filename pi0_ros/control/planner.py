@@ -53,7 +53,9 @@ so one chunk stamped in the future cannot lock out the correctly stamped ones af
 
 Start: reset() takes the measured position. A position outside the position limits by more than
 a step the acceleration limit allows within one point spacing is refused (OutsideLimits): moving
-it inside at once would be a jump, and the limits or the arm need attention first.
+it inside at once would be a jump, and the limits or the arm need attention first. A measured
+velocity (an arm still moving when the policy takes over) is continued, within the limits, and
+braked at the acceleration limit until a chunk arrives, rather than stopped within one point.
 """
 from dataclasses import dataclass
 import enum
@@ -314,17 +316,23 @@ class ChunkPlanner:
         """
         return self.limits.max_acceleration * self.config.point_spacing ** 2 / 6.0
 
-    def reset(self, position: np.ndarray, now: float) -> None:
+    def reset(self, position: np.ndarray, now: float, velocity: np.ndarray = None) -> None:
         """
-        Start from a measured position at rest at time now.
+        Start from a measured position (and velocity; at rest without one) at time now.
 
         A position outside the limits by at most reset_tolerance is clipped to them; further
-        outside raises OutsideLimits (naming the joints) and leaves the planner as it was.
+        outside raises OutsideLimits (naming the joints) and leaves the planner as it was. A
+        moving start is bounded by startable_velocity() and brakes until a chunk arrives.
         """
         position = np.asarray(position, dtype=np.float64)
         if position.shape != (self.limits.num_joints,) or not np.isfinite(position).all():
             raise ValueError(f'reset position must be {self.limits.num_joints} finite values, '
                              f'got {position!r}')
+        if velocity is not None:
+            velocity = np.asarray(velocity, dtype=np.float64)
+            if velocity.shape != position.shape or not np.isfinite(velocity).all():
+                raise ValueError(f'reset velocity must be {self.limits.num_joints} finite '
+                                 f'values, got {velocity!r}')
         if not math.isfinite(now):
             raise ValueError(f'now must be finite, got {now!r}')
         clipped = self.limits.clamp_position(position)
@@ -336,7 +344,25 @@ class ChunkPlanner:
                 f'(limits {limits.position_lower[j]:.4f} .. {limits.position_upper[j]:.4f})'
                 for j in outside))
         self._is_reset = True
-        self._restart(clipped, float(now), REASON_WAITING)
+        moving = velocity is not None and np.any(velocity)
+        self._restart(clipped, float(now), REASON_WAITING,
+                      velocity=self.startable_velocity(clipped, velocity) if moving else None)
+
+    def startable_velocity(self, position: np.ndarray, velocity: np.ndarray) -> np.ndarray:
+        """
+        Return a measured velocity bounded so that a plan can start from it within all limits.
+
+        Bounds: the velocity limit, the speed every plan can stop from by its last point
+        (A h (N - 1)), and the speed that braking at the acceleration limit stops from inside
+        the position limits. A faster arm still gets a velocity step, the smallest one allowed.
+        """
+        limits, h = self.limits, self.config.point_spacing
+        speed = np.minimum(limits.max_velocity,
+                           limits.max_acceleration * h * (self.config.points_per_message - 1))
+        up = max_speed_to_stop(limits.position_upper - position, limits.max_acceleration, h)
+        down = max_speed_to_stop(position - limits.position_lower, limits.max_acceleration, h)
+        return np.clip(velocity, -np.minimum(speed, np.maximum(down, 0.0)),
+                       np.minimum(speed, np.maximum(up, 0.0)))
 
     @property
     def plan_end_time(self) -> float:
