@@ -128,6 +128,10 @@ class Pi0ControlNode(LifecycleNode):
         self.control_thread_error = None
         self._entities = []
         self._rejection_loggers = {}
+        # The operator's e-stop and disable outlive cleanup and configure, as they outlive
+        # deactivate and activate: only ~/enable(true) clears them.
+        self._estop_latched = False
+        self._enabled = True
         self._reset_runtime_state()
 
     # Lifecycle -----------------------------------------------------------------------------
@@ -173,6 +177,12 @@ class Pi0ControlNode(LifecycleNode):
             self._teardown(worker_stop_timeout=0.2 if not self.context.ok() else 5.0)
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
+        with self._lock:
+            estop, enabled = self._estop_latched, self._enabled
+        if estop or not enabled:
+            self.get_logger().warning(
+                f"{'E-STOP still latched' if estop else 'still disabled'}: holding until "
+                '~/enable(true)')
         device = self._worker.engine_device
         self._gpu = diagnostics.GpuTelemetry(device)
         return super().on_configure(state)
@@ -229,8 +239,6 @@ class Pi0ControlNode(LifecycleNode):
         self._planner_initialized = False
         self._instruction = None
         self._epoch = 0
-        self._estop_latched = False
-        self._enabled = True
         self._restart_plan = False
         self._commanding = False  # the last control tick published a command
         self._start_refused = None  # why the measured joints could not start the plan
@@ -561,7 +569,9 @@ class Pi0ControlNode(LifecycleNode):
         the plan from the measured joint state, so a hand-over never jumps.
         """
         with self._lock:
-            if request.data and not self._enabled:
+            # A plan that is not commanding (disabled, or held off by an e-stop) restarts from
+            # the measured joints; one still commanding continues.
+            if request.data:
                 self._restart_plan = True
             self._enabled = bool(request.data)
             if request.data:
@@ -639,9 +649,11 @@ class Pi0ControlNode(LifecycleNode):
         self._planner.set_enabled(enabled)
         chunks = [self._accept_chunk(result, now) for result in results]
         # Disabled and at rest: no command, the controller is free for other commanders. An
-        # e-stop latched meanwhile keeps it so (it holds the policy off until ~/enable); a hold
-        # published now would be at the planner's last command, not where the arm is.
-        idle = not enabled and not np.any(self._planner.commanded_velocity)
+        # e-stop latched while not commanding (handed over, or latched before a configure)
+        # keeps it so until ~/enable; a hold published now would be at the planner's last
+        # command, not where the arm is.
+        idle = ((not enabled or (estop and not self._commanding))
+                and not np.any(self._planner.commanded_velocity))
         self._commanding = not idle
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,

@@ -18,7 +18,8 @@ from rclpy._rclpy_pybind11 import RCLError
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
+from std_msgs.msg import Bool, String
+from std_srvs.srv import SetBool
 
 from pi0_ros.conversions import rgb_to_image, seconds_to_stamp, stamp_to_seconds
 import pi0_ros.node
@@ -219,3 +220,28 @@ def test_an_arm_still_moving_at_the_start_is_braked_not_stopped_within_one_point
     step = first.time_from_start.sec + first.time_from_start.nanosec * 1e-9
     assert first.velocities[0] == pytest.approx(0.5 - 10.0 * step, abs=1e-6)
     assert first.positions[0] > 0.0 and list(first.velocities[1:]) == [0.0] * 5
+
+
+def test_an_estop_outlives_cleanup_and_configure_and_enable_starts_from_the_measured_arm(node):
+    published = []
+    node.estop_callback(Bool(data=True))       # e.g. not transient local: not heard again
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    node.trigger_activate()
+    node._trajectory_pub.publish = published.append
+    node.joint_state_callback(joint_state(now(node)))
+    for _ in range(3):
+        node.control_timer_callback()
+    # Latched before the configure, not commanding: nothing goes to the controller.
+    assert published == [] and node._estop_latched
+    # Another commander moves the arm meanwhile; ~/enable clears the e-stop, and the first
+    # command starts where the arm is now, not where the node first measured it.
+    moved = joint_state(now(node))
+    moved.position = [0.3] + [0.0] * (len(SO101_JOINTS) - 1)
+    node.joint_state_callback(moved)
+    response = node.enable_callback(SetBool.Request(data=True), SetBool.Response())
+    assert response.success and not node._estop_latched
+    node.control_timer_callback()
+    assert published, node._start_refused
+    assert published[0].points[0].positions[0] == pytest.approx(0.3, abs=1e-6)
