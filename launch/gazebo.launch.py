@@ -13,7 +13,7 @@ rate and the controllers' types from there, not from the spawners below), and th
 sensors whose image topics are bridged below.
 """
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, IncludeLaunchDescription,
+from launch.actions import (DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction,
                             RegisterEventHandler)
 from launch.event_handlers import OnProcessExit
 from launch.launch_description_sources import PythonLaunchDescriptionSource
@@ -21,6 +21,8 @@ from launch.substitutions import Command, LaunchConfiguration, PathJoinSubstitut
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+
+from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, UNSET_HELP
 
 ARGUMENTS = [
     ('robot_description_file', '', 'URDF or xacro of the arm with a <ros2_control> block'),
@@ -30,10 +32,22 @@ ARGUMENTS = [
      'ros2_control controller configuration'),
     ('params_file', PathJoinSubstitution([FindPackageShare('pi0_ros'), 'config', 'pi0_ros.yaml']),
      'Parameters of the pi0_ros control node'),
-    ('checkpoint', '', 'LeRobot pi0 checkpoint directory; empty = built-in random tiny model'),
-    ('device', 'auto', 'Torch device: auto | cpu | cuda | cuda:N'),
-    ('precision', 'auto', 'Engine precision: auto | fp32 | bf16 | fp16'),
+    ('checkpoint', '', f'LeRobot pi0 checkpoint directory ({UNSET_HELP}; its default, empty, '
+                       'is the built-in random tiny model)'),
+    ('device', '', f'Torch device: auto | cpu | cuda | cuda:N ({UNSET_HELP})'),
+    ('precision', '', f'Engine precision: auto | fp32 | bf16 | fp16 ({UNSET_HELP})'),
 ]
+
+
+def policy_node(context):
+    """Return the control node on Gazebo's clock, with the launch arguments given."""
+    given = {name: LaunchConfiguration(name).perform(context) for name in OVERRIDES
+             if name != 'use_sim_time'}
+    return [Node(
+        package='pi0_ros', executable='control_node', name='pi0_ros', output='screen',
+        parameters=[LaunchConfiguration('params_file'),
+                    {**parameter_overrides(given), 'use_sim_time': True}],
+        remappings=[('joint_trajectory', 'arm_controller/joint_trajectory')])]
 
 
 def generate_launch_description():
@@ -65,14 +79,6 @@ def generate_launch_description():
         remappings=[('front/image', 'camera/front/image_raw'),
                     ('side/image', 'camera/side/image_raw'),
                     ('wrist/image', 'camera/wrist/image_raw')])
-    policy = Node(
-        package='pi0_ros', executable='control_node', name='pi0_ros', output='screen',
-        parameters=[LaunchConfiguration('params_file'), {
-            'checkpoint': ParameterValue(LaunchConfiguration('checkpoint'), value_type=str),
-            'device': ParameterValue(LaunchConfiguration('device'), value_type=str),
-            'precision': ParameterValue(LaunchConfiguration('precision'), value_type=str),
-            'use_sim_time': True}],
-        remappings=[('joint_trajectory', '/arm_controller/joint_trajectory')])
     # Controllers start once the robot exists; the policy once its controller is loaded.
     return LaunchDescription(arguments + [
         gazebo, state_publisher, spawn, bridge,
@@ -80,5 +86,6 @@ def generate_launch_description():
                                            on_exit=[joint_state_broadcaster])),
         RegisterEventHandler(OnProcessExit(target_action=joint_state_broadcaster,
                                            on_exit=[arm_controller])),
-        RegisterEventHandler(OnProcessExit(target_action=arm_controller, on_exit=[policy])),
+        RegisterEventHandler(OnProcessExit(target_action=arm_controller,
+                                           on_exit=[OpaqueFunction(function=policy_node)])),
     ])

@@ -6,16 +6,33 @@ Simulated SO-101 (MuJoCo) driven by the pi0_ros control node.
 Usage: ros2 launch pi0_ros sim.launch.py checkpoint:=/path/to/pi0 device:=cuda
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
+from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, UNSET_HELP
+
+
+def control_node(context):
+    """Return the control node on the simulator's clock choice, with the arguments given."""
+    given = {name: LaunchConfiguration(name).perform(context) for name in OVERRIDES}
+    return [Node(
+        package='pi0_ros',
+        executable='control_node',
+        name='pi0_ros',
+        namespace=LaunchConfiguration('namespace'),
+        output='screen',
+        parameters=[LaunchConfiguration('params_file'), parameter_overrides(given)],
+        # Cameras subscribe camera/<name>/image_raw by default, as the simulator publishes.
+        remappings=[('joint_trajectory', 'arm_controller/joint_trajectory')],
+        arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+    )]
+
 
 def generate_launch_description():
     namespace = LaunchConfiguration('namespace')
-    params_file = LaunchConfiguration('params_file')
     use_sim_time = LaunchConfiguration('use_sim_time')
     log_level = LaunchConfiguration('log_level')
 
@@ -37,12 +54,15 @@ def generate_launch_description():
         DeclareLaunchArgument('camera_rate', default_value='15.0',
                               description='Simulated camera frames per second.'),
         DeclareLaunchArgument('checkpoint', default_value='',
-                              description='LeRobot pi0 checkpoint directory; empty = built-in '
-                                          'random tiny model.'),
-        DeclareLaunchArgument('device', default_value='auto',
-                              description='Torch device: auto | cpu | cuda | cuda:N.'),
-        DeclareLaunchArgument('precision', default_value='auto',
-                              description='Engine precision: auto | fp32 | bf16 | fp16.'),
+                              description=f'LeRobot pi0 checkpoint directory ({UNSET_HELP}; '
+                                          'its default, empty, is the built-in random tiny '
+                                          'model).'),
+        DeclareLaunchArgument('device', default_value='',
+                              description=f'Torch device: auto | cpu | cuda | cuda:N '
+                                          f'({UNSET_HELP}).'),
+        DeclareLaunchArgument('precision', default_value='',
+                              description=f'Engine precision: auto | fp32 | bf16 | fp16 '
+                                          f'({UNSET_HELP}).'),
     ]
 
     simulator = Node(
@@ -61,21 +81,4 @@ def generate_launch_description():
         arguments=['--ros-args', '--log-level', log_level],
     )
 
-    control = Node(
-        package='pi0_ros',
-        executable='control_node',
-        name='pi0_ros',
-        namespace=namespace,
-        output='screen',
-        parameters=[params_file, {
-            'use_sim_time': ParameterValue(use_sim_time, value_type=bool),
-            'checkpoint': ParameterValue(LaunchConfiguration('checkpoint'), value_type=str),
-            'device': ParameterValue(LaunchConfiguration('device'), value_type=str),
-            'precision': ParameterValue(LaunchConfiguration('precision'), value_type=str),
-        }],
-        # Cameras subscribe camera/<name>/image_raw by default, as the simulator publishes.
-        remappings=[('joint_trajectory', 'arm_controller/joint_trajectory')],
-        arguments=['--ros-args', '--log-level', log_level],
-    )
-
-    return LaunchDescription(arguments + [simulator, control])
+    return LaunchDescription(arguments + [simulator, OpaqueFunction(function=control_node)])

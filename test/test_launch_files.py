@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pi0_ros.parameters import SPECS, validate_value
+from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides
+from pi0_ros.parameters import ParameterError, SPECS, validate_value
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / 'launch'
 LAUNCH_FILES = sorted(LAUNCH_DIR.glob('*.launch.py'))
@@ -27,7 +28,7 @@ def declared_arguments(path):
         elif isinstance(node, ast.Assign) and getattr(node.targets[0], 'id', '') == 'ARGUMENTS':
             for entry in node.value.elts:
                 name, default, description = entry.elts
-                assert isinstance(description, ast.Constant) and description.value
+                assert isinstance(description, (ast.Constant, ast.JoinedStr))
                 found[name.value] = default.value if isinstance(default, ast.Constant) else None
     found.pop(None, None)
     return found
@@ -41,12 +42,40 @@ def test_launch_file_declares_described_arguments_with_valid_defaults(path):
     for name in ('checkpoint', 'device', 'precision'):
         assert name in arguments, f'{path.name} lacks the {name} argument'
     for name, default in arguments.items():
-        if name in SPECS and default is not None:
+        if name in OVERRIDES and not (path.name == 'sim.launch.py' and name == 'use_sim_time'):
+            # Empty: the params file's value (a default here would replace the user's file).
+            assert default == '', f'{path.name}: {name} defaults to {default!r}'
+        elif name in SPECS and default is not None:
             validate_value(name, default)  # raises ParameterError naming a bad default
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_file_overrides_node_parameters_only_through_parameter_overrides(path):
+    tree = ast.parse(path.read_text())
+    calls = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    assert any(call.startswith('parameter_overrides(') for call in calls), path.name
+    for name in ('checkpoint', 'device', 'precision'):
+        assert not any(f"LaunchConfiguration('{name}')" in call and 'ParameterValue' in call
+                       for call in calls), f'{path.name} passes {name} unconditionally'
+
+
+def test_parameter_overrides_take_only_the_arguments_given():
+    assert parameter_overrides({'checkpoint': '', 'device': '', 'precision': '',
+                                'use_sim_time': ''}) == {}
+    assert parameter_overrides({'checkpoint': '/models/pi0', 'device': 'cuda:1',
+                                'use_sim_time': 'True'}) == {
+        'checkpoint': '/models/pi0', 'device': 'cuda:1', 'use_sim_time': True}
+    assert parameter_overrides({'use_sim_time': 'false', 'precision': ' bf16 '}) == {
+        'use_sim_time': False, 'precision': 'bf16'}
+    with pytest.raises(ValueError, match="use_sim_time:='yes'"):
+        parameter_overrides({'use_sim_time': 'yes'})
+    with pytest.raises(ParameterError, match='device'):
+        parameter_overrides({'device': 'gpu'})
 
 
 def test_control_launch_has_the_documented_arguments():
     arguments = declared_arguments(LAUNCH_DIR / 'control.launch.py')
     assert set(arguments) == {'namespace', 'params_file', 'checkpoint', 'device', 'precision',
                               'use_sim_time', 'log_level', 'trajectory_topic'}
-    assert arguments['trajectory_topic'] == '/arm_controller/joint_trajectory'
+    # Relative: a namespaced node commands the controller in its namespace.
+    assert arguments['trajectory_topic'] == 'arm_controller/joint_trajectory'

@@ -1,0 +1,36 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+The launch files' parameter overrides (plain Python, so they are tested without launch_ros).
+
+A launch argument such as `checkpoint:=...` overrides the node's parameter only when it is
+given: launch_ros passes a parameter dict after the params file, so a default value there
+would silently replace what the user's params file says (a checkpoint among them).
+"""
+from pi0_ros.parameters import validate_value
+
+# Launch arguments that set a node parameter when given (empty: the params file's value).
+OVERRIDES = {'checkpoint': str, 'device': str, 'precision': str, 'use_sim_time': bool}
+UNSET_HELP = 'empty: the params_file value'
+
+
+def parameter_overrides(given: dict) -> dict:
+    """
+    Return the node parameters set by launch arguments: the non-empty ones, typed.
+
+    given maps argument names of OVERRIDES to their launch values (strings). use_sim_time
+    reads true/false (any case); a bad value raises ValueError naming the argument.
+    """
+    overrides = {}
+    for name, kind in OVERRIDES.items():
+        text = str(given.get(name, '')).strip()
+        if not text:
+            continue
+        if kind is bool:
+            if text.lower() not in ('true', 'false'):
+                raise ValueError(f"launch argument {name}:='{text}' must be true or false")
+            overrides[name] = text.lower() == 'true'
+        else:
+            validate_value(name, text)  # a clear error at launch, naming the argument
+            overrides[name] = text
+    return overrides
