@@ -239,6 +239,8 @@ class Pi0ControlNode(LifecycleNode):
         self._planner_initialized = False
         self._instruction = None
         self._epoch = 0
+        self._time_base = 0  # counts backward clock jumps (inputs read across one are dropped)
+        self._last_matched_stamp = None  # of the newest set handed on (sets arrive in order)
         self._restart_plan = False
         self._commanding = False  # the last control tick published a command
         self._start_refused = None  # why the measured joints could not start the plan
@@ -382,8 +384,10 @@ class Pi0ControlNode(LifecycleNode):
             self._joint_buffer.clear()
             self._last_observation_stamp = None
             self._last_joint_state_time = None
+            self._last_matched_stamp = None
             self._pending_results.clear()
             self._epoch += 1
+            self._time_base += 1
             epoch = self._epoch
             self._output_rate.reset()  # its stamps are on the old time base
         if self._worker is not None:
@@ -453,6 +457,7 @@ class Pi0ControlNode(LifecycleNode):
     def image_callback(self, index, camera, msg):
         """Convert one camera frame and offer it to the synchronizer."""
         settings = self._settings
+        time_base = self._time_base  # before the clock is read (see _on_synchronized)
         try:
             if isinstance(msg, CompressedImage):
                 rgb = compressed_to_rgb(msg, settings.max_image_width, settings.max_image_height)
@@ -476,6 +481,8 @@ class Pi0ControlNode(LifecycleNode):
             # observation this frame will belong to.
             worker.offer_frame(index, rgb, frame_key)
         with self._lock:
+            if time_base != self._time_base:
+                return  # judged on the clock before a backward jump: not for the new buffers
             matched = self._sync.add(index, stamp, (rgb, frame_key))
             epoch = self._epoch
         if matched is not None:
@@ -486,6 +493,9 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             if epoch != self._epoch:
                 return  # matched on the time base before a clock jump (or instruction change)
+            if self._last_matched_stamp is not None and matched.stamp <= self._last_matched_stamp:
+                return  # a newer set went ahead of it (callbacks on several threads)
+            self._last_matched_stamp = matched.stamp
             self._skews.append(matched.skew)
             if state is None or self._instruction is None:
                 self._counters['observations_dropped'] += 1
@@ -494,7 +504,11 @@ class Pi0ControlNode(LifecycleNode):
             else:
                 reason = None
                 self._counters['observations_synced'] += 1
-                self._last_observation_stamp = matched.stamp
+                # Its age counts from no later than now: a stamp ahead of the clock (within
+                # max_future_stamp) must not keep the observation fresh for longer.
+                now = self._now()
+                self._last_observation_stamp = (min(matched.stamp, now) if now > 0.0
+                                                else matched.stamp)
                 # The set's stamp (the newest of its frames), exact to the nanosecond.
                 stamp_ns = max(item[1][1] for item in matched.items)
                 observation = Observation(
@@ -520,19 +534,24 @@ class Pi0ControlNode(LifecycleNode):
 
     def joint_state_callback(self, msg):
         """Map joint states by name into the configured order and buffer them."""
+        time_base = self._time_base  # before the clock is read (see image_callback)
+        now = self._now()
         try:
             sample = self._joint_mapper.convert(msg)
-            self._check_stamp(sample.stamp, self._now(), self._settings.joint_state_timeout + 1.0)
+            self._check_stamp(sample.stamp, now, self._settings.joint_state_timeout + 1.0)
         except InputRejected as error:
             self._reject(error, 'joint_states')
             return
         with self._lock:
+            if time_base != self._time_base:
+                return  # judged on the clock before a backward jump
             if self._joint_buffer.add(sample.stamp, sample.positions, sample.velocities):
                 # The newest stamp seen, not the last to arrive: a late sample must not make
-                # the joint states look stale.
+                # the joint states look stale; and no later than its arrival: a stamp ahead of
+                # the clock must not keep them fresh for longer.
+                fresh = min(sample.stamp, now) if now > 0.0 else sample.stamp
                 newest = self._last_joint_state_time
-                self._last_joint_state_time = (sample.stamp if newest is None
-                                               else max(newest, sample.stamp))
+                self._last_joint_state_time = fresh if newest is None else max(newest, fresh)
 
     def instruction_callback(self, msg):
         """Latch a new instruction; chunks computed for the previous one are discarded."""
@@ -836,6 +855,13 @@ class Pi0ControlNode(LifecycleNode):
     # Parameters ----------------------------------------------------------------------------
     def _on_set_parameters(self, parameters):
         reason = check_live_change(parameters)
+        configured = bool(self._entities)  # interfaces exist from configure to cleanup
+        if reason is None and configured and any(
+                p.name == 'use_sim_time' and p.value != self.get_parameter(p.name).value
+                for p in parameters):
+            # Buffered inputs, their stamps and the plan are on the current clock; switching
+            # it (no jump callback for a clock change) would leave every watchdog off.
+            reason = 'use_sim_time cannot change while configured: clean up first'
         if reason is not None:
             return SetParametersResult(successful=False, reason=reason)
         if self._settings is not None:

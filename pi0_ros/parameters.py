@@ -110,7 +110,8 @@ SPECS = {
     # Synchronization and staleness.
     'sync_max_skew': Spec(0.05, 'Largest stamp difference between the cameras of one '
                                 'observation, s', 1e-4, 5.0, dynamic=True),
-    'sync_queue_size': Spec(10, 'Messages kept per camera while matching', 1, 100),
+    'sync_queue_size': Spec(10, 'Messages kept per camera while matching (>= 2: a set held '
+                            'for a better match needs room for the next frame)', 2, 100),
     'joint_state_max_gap': Spec(0.1, 'Largest gap between joint states interpolated across, s',
                                 1e-3, 5.0),
     'joint_state_max_extrapolation': Spec(0.1, 'How far past the newest joint state an '

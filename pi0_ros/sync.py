@@ -81,8 +81,11 @@ class ApproximateTimeSync:
     def __init__(self, num_inputs: int, queue_size: int = 10, max_skew: float = 0.05):
         if isinstance(num_inputs, bool) or not isinstance(num_inputs, int) or num_inputs < 1:
             raise ValueError(f'num_inputs must be an integer >= 1, got {num_inputs!r}')
-        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
-            raise ValueError(f'queue_size must be an integer >= 1, got {queue_size!r}')
+        # A set held for a better match needs room for the next message of its inputs: with
+        # one message per queue that message evicts the set's own, and cameras out of phase
+        # would never give a set.
+        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 2:
+            raise ValueError(f'queue_size must be an integer >= 2, got {queue_size!r}')
         if not (isinstance(max_skew, (int, float)) and math.isfinite(max_skew)
                 and max_skew >= 0):
             raise ValueError(f'max_skew must be a finite number >= 0, got {max_skew!r}')

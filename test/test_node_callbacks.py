@@ -245,3 +245,72 @@ def test_an_estop_outlives_cleanup_and_configure_and_enable_starts_from_the_meas
     node.control_timer_callback()
     assert published, node._start_refused
     assert published[0].points[0].positions[0] == pytest.approx(0.3, abs=1e-6)
+
+
+def test_a_stamp_ahead_of_the_clock_does_not_keep_the_inputs_fresh_for_longer(node):
+    # A camera or joint-state clock 0.45 s ahead (within max_future_stamp, 0.5 s): their age
+    # counts from their arrival, so the watchdogs fire after the timeouts, as without skew.
+    submissions = Submissions(node._worker)
+    node.instruction_callback(String(data='pick up the cube'))
+    t = now(node)
+    node.joint_state_callback(joint_state(t + 0.45))
+    joint_time = node._last_joint_state_time
+    assert joint_time <= now(node)
+    for index, camera in enumerate(CAMERAS):
+        node.image_callback(index, camera, frame(50, t + 0.45, camera))
+    node._on_synchronized(SimpleNamespace(stamp=t + 0.45, skew=0.0, items=[
+        (np.zeros((48, 64, 3), np.uint8), (camera, 0, 9)) for camera in CAMERAS]), node._epoch)
+    assert submissions.observations and node._last_observation_stamp <= now(node)
+    later = joint_time + node._settings.joint_state_timeout + 0.01
+    assert node._hold_reason(later, node._last_observation_stamp,
+                             joint_time) == 'joint states stale'
+
+
+def test_inputs_judged_on_the_clock_before_a_backward_jump_are_not_buffered(node):
+    # The jump (a sim-time reset) lands between a callback's clock reading and its lock (the
+    # callbacks run on other executor threads than the jump's).
+    t = now(node)
+    clock = node._now
+    jumped = []
+
+    def clock_then_jump():
+        reading = clock()
+        if not jumped:
+            jumped.append(True)
+            node.clock_jump_callback(SimpleNamespace(delta=SimpleNamespace(
+                nanoseconds=-10**9)))
+        return reading
+
+    node._now = clock_then_jump
+    node.joint_state_callback(joint_state(t))
+    assert len(node._joint_buffer) == 0 and node._last_joint_state_time is None
+    jumped.clear()
+    node.image_callback(0, 'front', frame(50, t, 'front'))
+    assert node._sync.queued(0) == 0
+
+
+def test_a_set_older_than_one_already_handed_on_is_dropped(node):
+    submissions = Submissions(node._worker)
+    node.instruction_callback(String(data='pick up the cube'))
+    t = now(node)
+    node.joint_state_callback(joint_state(t - 0.05))
+    node.joint_state_callback(joint_state(t + 0.01))
+
+    def matched(stamp):
+        return SimpleNamespace(stamp=stamp, skew=0.0, items=[
+            (np.zeros((48, 64, 3), np.uint8), (camera, int(stamp * 1e9), 1))
+            for camera in CAMERAS])
+
+    node._on_synchronized(matched(t), node._epoch)
+    node._on_synchronized(matched(t - 0.033), node._epoch)   # its thread ran late
+    assert [o.stamp for o in submissions.observations] == [t]
+
+
+def test_use_sim_time_cannot_change_while_configured(node):
+    result = node.set_parameters([Parameter('use_sim_time', value=True)])[0]
+    assert not result.successful and 'clean up first' in result.reason
+    assert not node.get_clock().ros_time_is_active      # the clock was not switched
+    assert node.set_parameters([Parameter('use_sim_time', value=False)])[0].successful
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    assert node.set_parameters([Parameter('use_sim_time', value=True)])[0].successful

@@ -265,7 +265,17 @@ def test_single_input_passes_every_message_through():
     assert sync.add(0, 2.0, 'y').stamp == 2.0
 
 
-@pytest.mark.parametrize('kwargs', [{'num_inputs': 0}, {'num_inputs': 2, 'queue_size': 0},
+def test_cameras_out_of_phase_give_a_set_per_publication_with_the_smallest_queue():
+    # 30 Hz cameras 10 ms apart: a set spans 20 ms (more than half the interval), so it is
+    # held until each input's next frame could no longer improve it; that frame must not
+    # evict the held set's own (a queue of one did: no set at all).
+    sync = ApproximateTimeSync(3, queue_size=2, max_skew=0.05)
+    sets = [found for k in range(300) for camera in range(3)
+            if (found := sync.add(camera, 100.0 + k / 30.0 + camera * 0.01, k)) is not None]
+    assert len(sets) >= 298 and all(set(found.items) == {found.items[0]} for found in sets)
+
+
+@pytest.mark.parametrize('kwargs', [{'num_inputs': 0}, {'num_inputs': 2, 'queue_size': 1},
                                     {'num_inputs': 2, 'max_skew': -0.1},
                                     {'num_inputs': 2, 'max_skew': math.inf}])
 def test_sync_rejects_bad_settings(kwargs):
