@@ -141,14 +141,15 @@ class InferenceWorker:
             if epoch <= self._epoch:
                 return
             self._epoch = epoch
-            if self._slot is not None and self._slot.epoch != epoch:
+            # Older only: a newer observation may reach the worker before its epoch does.
+            if self._slot is not None and self._slot.epoch < epoch:
                 self._slot = None
                 self.counters['discarded'] += 1
 
     def recover(self):
         """Leave the FAILED state (after the cause was dealt with) if the engine exists."""
         with self._wakeup:
-            if self.state is WorkerState.FAILED and self._engine is not None:
+            if self.state is WorkerState.FAILED and self._engine is not None and self.alive:
                 self.consecutive_failures = 0
                 self.error = ''
                 self.state = WorkerState.READY
@@ -210,9 +211,9 @@ class InferenceWorker:
         except Exception as error:  # noqa: B902 - any failure to build is reported, not raised
             self.error = f'engine failed to start: {type(error).__name__}: {error}'
             self._log('error', self.error + '\n' + traceback.format_exc())
+            self._release_engine()  # first: a recover() must not find an engine to go on with
             self.state = WorkerState.FAILED
             self._ready.set()
-            self._release_engine()
             return
         if getattr(self._engine, 'encode_frames', None) is None:
             with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
@@ -220,11 +221,17 @@ class InferenceWorker:
                 self._arrived_frames.clear()
         self.state = WorkerState.READY
         self._ready.set()
+        crashed = False
         try:
             self._serve()
+        except Exception as error:  # noqa: B902 - a bug, not an engine error: FAILED, logged
+            crashed = True
+            self.error = f'inference thread crashed: {type(error).__name__}: {error}'
+            self._log('error', self.error + '\n' + traceback.format_exc())
         finally:
             self._release_engine()
-            self.state = WorkerState.STOPPED
+            # FAILED holds the arm (the node's hold reason); STOPPED is an orderly stop only.
+            self.state = WorkerState.FAILED if crashed else WorkerState.STOPPED
 
     def _serve(self):
         while True:
@@ -255,7 +262,7 @@ class InferenceWorker:
                     self.state = WorkerState.READY
                 if result is None or self._stop_requested:
                     continue
-                if observation.epoch != self._epoch:
+                if observation.epoch < self._epoch:
                     self.counters['discarded'] += 1
                     continue
             self._on_result(result)
@@ -266,6 +273,9 @@ class InferenceWorker:
             output = self._engine.infer(list(observation.frames), observation.state,
                                         observation.instruction,
                                         frame_keys=list(observation.frame_keys))
+            result = ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
+                                 dict(output.timings_ms), int(output.vision_cache_hits),
+                                 time.monotonic() - started)
         except InputError as error:  # the observation, not the engine: no failure counted
             self.counters['inputs_rejected'] += 1
             self.last_input_rejection = time.monotonic()
@@ -285,12 +295,10 @@ class InferenceWorker:
                 self._log('warning', f'inference failed ({self.consecutive_failures}/'
                                      f'{self._max_failures} retries used): {self.error}')
             return None
-        latency = time.monotonic() - started
         self.consecutive_failures = 0
         self.counters['inferences'] += 1
-        self.latencies_s.append(latency)
-        return ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
-                           dict(output.timings_ms), int(output.vision_cache_hits), latency)
+        self.latencies_s.append(result.latency_s)
+        return result
 
     def _encode_ahead(self, camera, frame, key):
         try:

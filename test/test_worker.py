@@ -196,6 +196,75 @@ def test_engine_that_fails_to_build_reports_failed():
     assert worker.stop(TIMEOUT)
 
 
+def test_a_malformed_engine_output_is_an_inference_failure_not_a_dead_thread():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector, max_consecutive_failures=0)
+    infer = engine.infer
+    engine.infer = lambda *args, **kwargs: Output(infer(*args, **kwargs).actions, None)
+    worker.submit(observation())
+    engine.gate.release()
+    assert wait_for(lambda: worker.state is WorkerState.FAILED)
+    assert worker.alive and 'TypeError' in worker.error   # dict(None): counted, logged
+    worker.stop(TIMEOUT)
+
+
+def test_a_crash_outside_the_engine_leaves_the_worker_failed_and_logged():
+    def broken_callback(result):
+        raise RuntimeError('callback bug (injected)')
+
+    engine, logger = ScriptedEngine(), Warnings()
+    worker = started_worker(engine, broken_callback, logger=logger)
+    worker.submit(observation())
+    engine.gate.release()
+    assert wait_for(lambda: not worker.alive)
+    # FAILED (the node holds the arm for it), never a silent STOPPED; recover() cannot revive
+    # a thread that is gone.
+    assert worker.state is WorkerState.FAILED and 'callback bug' in worker.error
+    assert any('inference thread crashed' in line for line in logger.lines)
+    assert not worker.recover() and worker.state is WorkerState.FAILED
+
+
+def test_an_observation_of_a_newer_epoch_than_the_worker_knows_is_kept():
+    # The node's new epoch reaches the worker after an observation made in it (set_epoch is
+    # called outside the node's lock).
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector)
+    worker.submit(observation(epoch=2))
+    engine.gate.release()
+    collector.wait()                              # inferred and delivered before set_epoch(2)
+    worker.submit(observation(epoch=2, instruction='running'))
+    assert wait_for(lambda: engine.calls[-1] == 'running')
+    worker.submit(observation(epoch=3, instruction='waiting'))
+    worker.set_epoch(2)                           # late: the waiting one is newer, kept
+    engine.gate.release()
+    engine.gate.release()
+    assert wait_for(lambda: len(collector.results) == 3)
+    assert [r.observation.epoch for r in collector.results] == [2, 2, 3]
+    assert worker.counters['discarded'] == 0
+    worker.stop(TIMEOUT)
+
+
+def test_a_failed_build_cannot_be_recovered_into_a_ready_worker_without_engine():
+    recovered = []
+
+    class RecoverOnReady(threading.Event):
+        def set(self):
+            recovered.append(worker.recover())  # the node's ~/enable racing the failure
+            super().set()
+
+    engine = ScriptedEngine()
+
+    def broken_warmup():
+        raise RuntimeError('CUDA out of memory during warm-up (injected)')
+
+    engine.warmup = broken_warmup
+    worker = InferenceWorker(lambda: engine, Collector())
+    worker._ready = RecoverOnReady()
+    worker.start()
+    assert not worker.wait_ready(TIMEOUT)
+    assert recovered == [False] and worker.state is WorkerState.FAILED
+
+
 FRAME = np.zeros((4, 4, 3), np.uint8)
 
 
