@@ -248,7 +248,7 @@ def test_a_failed_build_cannot_be_recovered_into_a_ready_worker_without_engine()
     recovered = []
 
     class RecoverOnReady(threading.Event):
-        def set(self):
+        def set(self):  # noqa: A003 - threading.Event.set, overridden
             recovered.append(worker.recover())  # the node's ~/enable racing the failure
             super().set()
 
