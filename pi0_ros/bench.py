@@ -7,6 +7,7 @@ python -m pi0_ros.bench --dims full --precision auto --batches 1,2,4,8 --out rep
 Writes bench.json and PNG plots into --out; prints a summary table.
 """
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -233,7 +234,8 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
     summary['gpu'] = sampler.summary()
     if summary['gpu'] and summary['gpu']['energy_j'] is not None:
         summary['gpu']['joules_per_chunk'] = summary['gpu']['energy_j'] / (iters * batch)
-    summary['chunks_per_s'] = 1e3 * batch / summary['p50']
+    summary['chunks_per_s'] = 1e3 * batch / summary['p50']  # at the median latency
+    summary['chunks_per_s_mean'] = 1e3 * batch * len(latencies) / sum(latencies)  # all calls
     summary['stages_p50_ms'] = {key: float(np.median(v)) for key, v in stages.items()}
     summary['latencies_ms'] = latencies
     return summary
@@ -406,16 +408,20 @@ def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
     return results
 
 
+def comparison_options(args, precision: str, max_batch: int = 1) -> EngineOptions:
+    """The timed engine's options (engine_options) at the precision of a comparison with LeRobot."""
+    return dataclasses.replace(engine_options(args, max_batch), precision=precision,
+                               expert_fp8=args.fp8_expert and precision != 'fp32',
+                               **prefix_fp8_options(args, precision))
+
+
 def identity_engine_from_policy(policy, dims: ModelDims, args, precision: str,
                                 max_batch: int = 1) -> Pi0Engine:
     """Our engine over a LeRobot policy's live weights (identity normalization stats)."""
     from pi0_ros.engine.lerobot_reference import lerobot_tensor_getter
-    options = EngineOptions(precision=precision, device=args.device, max_batch=max_batch,
-                            cuda_graphs=not args.no_cuda_graphs,
-                            expert_fp8=args.fp8_expert and precision != 'fp32',
-                            **prefix_fp8_options(args, precision))
     return Pi0Engine(lerobot_tensor_getter(policy), dims, state_dim=args.state_dim,
-                     action_dim=args.action_dim, num_cameras=args.cameras, options=options,
+                     action_dim=args.action_dim, num_cameras=args.cameras,
+                     options=comparison_options(args, precision, max_batch),
                      state_stats=NormStats.identity(args.state_dim),
                      action_stats=NormStats.identity(args.action_dim),
                      tokenizer=build_builtin_tokenizer())

@@ -136,7 +136,8 @@ class CallbackGroupThread:
 
     With priority > 0 the thread asks for SCHED_FIFO at that priority; `priority_error` says why
     it was refused ('' when granted or not asked for). A callback that raises stops the thread:
-    the exception is kept in `error` and `on_error(exception)` is called.
+    the exception is kept in `error` and `on_error(exception)` is called. The group stays bound
+    to the stopped thread, so its callbacks do not run again (the node shuts down on it).
     """
 
     def __init__(self, node, group, *, name, priority=0, on_error=None):

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """The benchmark tool on the CPU: its report and the GPU telemetry sampler."""
+import dataclasses
 import json
 import threading
 import time
@@ -78,3 +79,13 @@ def test_bench_on_the_cpu_writes_latencies_stages_and_no_gpu_telemetry(tmp_path)
         assert len(result['latencies_ms']) == 3 and result['gpu'] is None
         assert set(result['stages_p50_ms']) == {'preprocess', 'vision', 'prefix', 'denoise'}
         assert result['chunks_per_s'] > 0
+
+
+def test_the_lerobot_comparison_engine_has_the_timed_engines_options():
+    from pi0_ros.bench import comparison_options, engine_options, parse_args
+    args = parse_args(['--no-overlap-first-step', '--no-pipelined-upload', '--buckets', '1',
+                       '--precision', 'fp16', '--fp8-prefix'])
+    timed, compared = engine_options(args, 1), comparison_options(args, 'bf16')
+    assert compared.precision == 'bf16' and compared.prefix_fp8
+    assert dataclasses.replace(compared, precision='fp16') == timed
+    assert not comparison_options(args, 'fp32').prefix_fp8     # FP8 never at fp32

@@ -95,6 +95,8 @@ def test_plan_picks_the_largest_fitting_bucket():
     assert plan_max_batch(totals[8] * 10, FULL, 3, options, torch.bfloat16, limit=8) == 8
     with pytest.raises(EngineError, match='does not fit batch 1'):
         plan_max_batch(totals[1] - 1, FULL, 3, options, torch.bfloat16)
+    with pytest.raises(ValueError, match='limit must be >= 1'):  # not "does not fit"
+        plan_max_batch(totals[8] * 10, FULL, 3, options, torch.bfloat16, limit=0)
 
 
 def test_estimate_reports_parts_in_gib():

@@ -167,8 +167,11 @@ def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
     """
     Return the largest max_batch (a power of two up to limit) whose estimate fits the budget.
 
-    Raises EngineError when even batch 1 does not fit (the message gives the estimate).
+    Raises EngineError when even batch 1 does not fit (the message gives the estimate), and
+    ValueError for a limit below 1.
     """
+    if limit < 1:
+        raise ValueError(f'limit must be >= 1, got {limit}')
     best = None
     size = 1
     while size <= limit:
