@@ -409,7 +409,7 @@ def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
 
 
 def comparison_options(args, precision: str, max_batch: int = 1) -> EngineOptions:
-    """The timed engine's options (engine_options) at the precision of a comparison with LeRobot."""
+    """Return the timed engine's options at the precision of a comparison with LeRobot."""
     return dataclasses.replace(engine_options(args, max_batch), precision=precision,
                                expert_fp8=args.fp8_expert and precision != 'fp32',
                                **prefix_fp8_options(args, precision))
