@@ -6,6 +6,7 @@ Needs a ROS 2 install with launch_testing and a built workspace; skipped elsewhe
 environment has no launch_testing; there the integration tests start the node as a process).
 """
 import os
+import tempfile
 import unittest
 
 import pytest
@@ -17,18 +18,23 @@ from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 import launch_testing.actions  # noqa: E402
 import launch_testing.asserts  # noqa: E402
+from rcl_interfaces.srv import GetParameters  # noqa: E402
 import rclpy  # noqa: E402
 
 from pi0_ros.msg import PolicyStatus  # noqa: E402
 
 LAUNCH_FILE = os.path.join(os.path.dirname(__file__), '..', '..', 'launch', 'control.launch.py')
+# A user's params file: the launch arguments not given must leave its values alone.
+PARAMS_FILE = os.path.join(tempfile.mkdtemp(prefix='pi0_ros_launch_test_'), 'params.yaml')
+with open(PARAMS_FILE, 'w') as params:
+    params.write('/**:\n  ros__parameters:\n    device: cpu\n    precision: fp32\n')
 
 
 @pytest.mark.launch_test
 def generate_test_description():
     control = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(os.path.abspath(LAUNCH_FILE)),
-        launch_arguments={'device': 'cpu', 'namespace': 'launch_test'}.items())
+        launch_arguments={'namespace': 'launch_test', 'params_file': PARAMS_FILE}.items())
     return launch.LaunchDescription([control, launch_testing.actions.ReadyToTest()])
 
 
@@ -55,6 +61,28 @@ class TestControlLaunch(unittest.TestCase):
         self.assertTrue(received, 'no ~/status from the launched node within 120 s')
         self.assertEqual(received[-1].lifecycle_state, 'active')
         proc_output.assertWaitFor('engine ready', timeout=10)
+
+    def test_params_file_values_stand_where_no_argument_overrides_them(self):
+        client = self.node.create_client(GetParameters, '/launch_test/pi0_ros/get_parameters')
+        self.assertTrue(client.wait_for_service(timeout_sec=120.0))
+        request = GetParameters.Request(names=['device', 'precision', 'checkpoint'])
+        future = client.call_async(request)
+        rclpy.spin_until_future_complete(self.node, future, timeout_sec=10.0)
+        values = [value.string_value for value in future.result().values]
+        self.assertEqual(values, ['cpu', 'fp32', ''])
+
+    def test_commands_go_to_the_controller_in_the_namespace(self):
+        topic = '/launch_test/arm_controller/joint_trajectory'
+        names = []
+        end = self.node.get_clock().now().nanoseconds + 120 * 10**9
+        while topic not in names and self.node.get_clock().now().nanoseconds < end:
+            rclpy.spin_once(self.node, timeout_sec=0.5)
+            try:
+                names = [name for name, _ in self.node.get_publisher_names_and_types_by_node(
+                    'pi0_ros', '/launch_test')]
+            except rclpy.node.NodeNameNonExistentError:
+                names = []  # not discovered yet
+        self.assertIn(topic, names)
 
 
 @launch_testing.post_shutdown_test()
