@@ -3,6 +3,8 @@
 """Launch files (launch_ros is not installable here): syntax, arguments and their defaults."""
 import ast
 from pathlib import Path
+import runpy
+import sys
 
 import pytest
 
@@ -79,3 +81,54 @@ def test_control_launch_has_the_documented_arguments():
                               'use_sim_time', 'log_level', 'trajectory_topic'}
     # Relative: a namespaced node commands the controller in its namespace.
     assert arguments['trajectory_topic'] == 'arm_controller/joint_trajectory'
+
+
+class _Recorded:
+    """Stands in for a launch / launch_ros class: records its arguments."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+class _LaunchConfiguration(_Recorded):
+    def perform(self, context):
+        return context[self.args[0]]
+
+
+@pytest.fixture
+def launch_stand_ins(monkeypatch):
+    """Install recording stand-ins for the launch and launch_ros names the files import."""
+    import types
+    names = {'launch': ['LaunchDescription'],
+             'launch.actions': ['DeclareLaunchArgument', 'IncludeLaunchDescription',
+                                'OpaqueFunction', 'RegisterEventHandler'],
+             'launch.event_handlers': ['OnProcessExit'],
+             'launch.launch_description_sources': ['PythonLaunchDescriptionSource'],
+             'launch.substitutions': ['Command', 'PathJoinSubstitution'],
+             'launch_ros': [], 'launch_ros.actions': ['LifecycleNode', 'Node'],
+             'launch_ros.parameter_descriptions': ['ParameterValue'],
+             'launch_ros.substitutions': ['FindPackageShare']}
+    for module_name, classes in names.items():
+        module = types.ModuleType(module_name)
+        for name in classes:
+            setattr(module, name, type(name, (_Recorded,), {}))
+        monkeypatch.setitem(sys.modules, module_name, module)
+    sys.modules['launch.substitutions'].LaunchConfiguration = _LaunchConfiguration
+
+
+@pytest.mark.parametrize('name', ['control_node', 'sim_node', 'gazebo_policy'])
+def test_the_control_node_gets_only_the_launch_arguments_given(launch_stand_ins, name):
+    path, function = {'control_node': ('control.launch.py', 'control_node'),
+                      'sim_node': ('sim.launch.py', 'control_node'),
+                      'gazebo_policy': ('gazebo.launch.py', 'policy_node')}[name]
+    found = runpy.run_path(str(LAUNCH_DIR / path))
+    found['generate_launch_description']()
+    unset = {'checkpoint': '', 'device': '', 'precision': '', 'use_sim_time': ''}
+    node = found[function](unset)[0]
+    params_file, overrides = node.kwargs['parameters']
+    assert params_file.args == ('params_file',)
+    # Nothing given: the params file decides (Gazebo's node is always on its clock).
+    assert overrides == ({'use_sim_time': True} if path == 'gazebo.launch.py' else {})
+    given = dict(unset, checkpoint='/models/pi0', device='cuda:0', use_sim_time='true')
+    overrides = found[function](given)[0].kwargs['parameters'][1]
+    assert overrides == {'checkpoint': '/models/pi0', 'device': 'cuda:0', 'use_sim_time': True}
