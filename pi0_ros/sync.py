@@ -66,7 +66,9 @@ class ApproximateTimeSync:
     message of the inputs that could still improve them, at most about one frame interval, as in
     message_filters. A message that arrives out of stamp order is still matched where it can be.
     A stalled input simply yields no sets; the other queues keep their newest queue_size
-    messages, and sets resume when it does.
+    messages, and sets resume when it does. Stamps that go back in time (a sim-time reset) are
+    dropped as older than the last used ones until clear() is called (the node does so on a
+    backward jump of its clock).
 
     add() returns the newest set it could emit (if a message completes two sets at once, the
     older one's messages count as dropped). Counters: matched (sets returned), dropped
