@@ -9,6 +9,7 @@ with a short reason (used as a counter key) and a detail for the log.
 import array
 from collections import Counter
 from dataclasses import dataclass
+import math
 import struct
 
 from builtin_interfaces.msg import Duration, Time
@@ -63,8 +64,11 @@ def stamp_to_nanoseconds(stamp):
 
 
 def seconds_to_stamp(seconds):
-    """Convert float seconds to a builtin_interfaces/Time."""
-    nanoseconds = int(round(seconds * 1e9))
+    """Convert float seconds to a builtin_interfaces/Time (to the nanosecond the float holds)."""
+    # Whole and fractional seconds apart: seconds * 1e9 near 1.8e9 s (ROS time) keeps only
+    # 256 ns steps.
+    whole = math.floor(seconds)
+    nanoseconds = int(whole) * 1_000_000_000 + int(round((seconds - whole) * 1e9))
     return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
 
 
@@ -265,10 +269,17 @@ def float64_array(values):
     return array.array('d', np.ascontiguousarray(values, dtype=np.float64).tobytes())
 
 
-def build_joint_trajectory(joint_names, plan_points):
-    """Build a JointTrajectory (header stamp 0 = start now) from control.PlanPoints."""
+def build_joint_trajectory(joint_names, plan_points, stamped=True):
+    """
+    Build a JointTrajectory from control.PlanPoints.
+
+    stamped: the header stamp is the plan's start time (its time_from_start counts from there,
+    on the controller's clock too); else 0 (the controller starts it when it arrives).
+    """
     msg = JointTrajectory()
     msg.joint_names = list(joint_names)
+    if stamped:
+        msg.header.stamp = seconds_to_stamp(plan_points.start_time)
     # Durations rounded to the nanosecond like seconds_to_duration (half to even).
     nanoseconds = np.rint(np.asarray(plan_points.times_from_start, dtype=np.float64)
                           * 1e9).astype(np.int64).tolist()

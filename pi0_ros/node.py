@@ -595,11 +595,17 @@ class Pi0ControlNode(LifecycleNode):
             self._enabled = bool(request.data)
             if request.data:
                 self._estop_latched = False
-        if request.data and self._worker is not None and self._worker.recover():
-            self.get_logger().warning('engine failure state cleared by ~/enable')
+        worker = self._worker
         response.success = True
         response.message = ('enabled' if request.data
                             else 'disabled: braking to rest, then not commanding')
+        if request.data and worker is not None and worker.recover():
+            self.get_logger().warning('engine failure state cleared by ~/enable')
+        elif request.data and worker is not None and worker.state is WorkerState.FAILED:
+            # A build that failed or a crashed thread: nothing to resume (the arm stays held).
+            response.message = ('enabled, but the engine failed and cannot resume: clean up and '
+                                f'configure again ({worker.error})')
+            self.get_logger().error(response.message, throttle_duration_sec=LOG_THROTTLE_S)
         self.get_logger().info(f'~/enable: {response.message}')
         return response
 
@@ -620,7 +626,6 @@ class Pi0ControlNode(LifecycleNode):
 
     def _control_tick(self):
         now = self._now()
-        settings = self._settings
         with self._lock:
             if not self._active or now <= 0.0:
                 return
@@ -636,29 +641,10 @@ class Pi0ControlNode(LifecycleNode):
                 self._restart_plan = False
                 self._planner_initialized = self._planner_initialized and self._commanding
         if not self._planner_initialized:
-            # Start only from a fresh measured position: never command an arm whose position is
-            # unknown or old (it may have been moved by someone else meanwhile).
-            if latest_joint is None or now - latest_joint[0] > settings.joint_state_timeout:
+            # Not while disabled or e-stopped: the controller may be another commander's (and
+            # a braking command would replace its goal); ~/enable restarts from the arm.
+            if not enabled or estop or not self._start_plan(now, latest_joint, joint_state_time):
                 return
-            # Where the arm is now (extrapolated with its measured velocity, if any): an arm
-            # still moving is continued and braked, not stopped within one point.
-            _, position, velocity = latest_joint
-            position_now = self._joint_buffer.at(now)
-            try:
-                self._planner.reset(position if position_now is None else position_now, now,
-                                    velocity)
-            except OutsideLimits as error:
-                # Commanding it inside at once would be a jump: nothing is published until the
-                # arm is back within its limits (or the limits are corrected).
-                self._start_refused = str(error)
-                self.get_logger().error(f'not commanding: {error}; move the arm inside its '
-                                        'limits or correct the joint limit parameters',
-                                        throttle_duration_sec=LOG_THROTTLE_S)
-                return
-            self._start_refused = None
-            self._planner.set_enabled(True)
-            self._planner_initialized = True
-            self._output_rate.reset()
         # Mode changes first, so a chunk arriving on the tick that enables the output is kept.
         if estop:
             if self._planner.state is not PlannerState.ESTOP:
@@ -684,6 +670,38 @@ class Pi0ControlNode(LifecycleNode):
             if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
                 self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
         return not idle
+
+    def _start_plan(self, now, latest_joint, joint_state_time):
+        """Start the plan from the measured joints; False (publish nothing) where it cannot."""
+        # Only from a fresh measured position: never command an arm whose position is unknown
+        # or old (it may have been moved by someone else meanwhile).
+        if (latest_joint is None or joint_state_time is None
+                or now - joint_state_time > self._settings.joint_state_timeout):
+            return False
+        _, measured, velocity = latest_joint
+        # Where the arm is now, extrapolated with its measured velocity (within
+        # joint_state_max_extrapolation): an arm still moving is continued and braked, not
+        # stopped within one point. Beyond that, at rest from the last measurement.
+        position = self._joint_buffer.at(now)
+        if position is None:
+            position, velocity = measured, None
+        elif np.array_equal(self._limits.clamp_position(measured), measured):
+            position = self._limits.clamp_position(position)  # measured inside: clip, not refuse
+        try:
+            self._planner.reset(position, now, velocity)
+        except OutsideLimits as error:
+            # Commanding it inside at once would be a jump: nothing is published until the
+            # arm is back within its limits (or the limits are corrected).
+            self._start_refused = str(error)
+            self.get_logger().error(f'not commanding: {error}; move the arm inside its '
+                                    'limits or correct the joint limit parameters',
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return False
+        self._start_refused = None
+        self._planner.set_enabled(True)
+        self._planner_initialized = True
+        self._output_rate.reset()
+        return True
 
     def _hold_reason(self, now, observation_stamp, joint_state_time):
         settings = self._settings
@@ -742,7 +760,8 @@ class Pi0ControlNode(LifecycleNode):
             self.get_logger().error(f'trajectory not published: {"; ".join(problems)}',
                                     throttle_duration_sec=LOG_THROTTLE_S)
             return
-        self._trajectory_pub.publish(build_joint_trajectory(self._settings.joint_names, points))
+        self._trajectory_pub.publish(build_joint_trajectory(
+            self._settings.joint_names, points, self._settings.stamp_trajectories))
         with self._lock:
             self._counters['commands_published'] += 1
 

@@ -96,6 +96,10 @@ SPECS = {
     'chunk_dt': Spec(1.0 / 30.0, 'Period of the policy actions (the training data rate), s',
                      1e-3, 1.0),
     'points_per_message': Spec(10, 'Trajectory points per published message', 2, 200),
+    'stamp_trajectories': Spec(True, 'Stamp each trajectory with the time its plan starts (the '
+                                     'controller runs it on the node time grid and drops one '
+                                     'that ends in the past; needs both on one ROS clock); '
+                                     'false: stamp 0, started when it arrives'),
     'blend_duration': Spec(0.2, 'Seconds over which a new chunk is blended into the executing '
                                 'one', 0.0, 5.0, dynamic=True),
     'temporal_ensembling': Spec(False, 'Average overlapping chunks (ACT-style) instead of '
@@ -189,6 +193,7 @@ class Settings:
     control_rate: float
     chunk_dt: float
     points_per_message: int
+    stamp_trajectories: bool
     blend_duration: float
     temporal_ensembling: bool
     ensembling_decay: float

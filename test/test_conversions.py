@@ -177,6 +177,11 @@ def test_stamps_and_durations():
     # float seconds near 1.5e9 resolve to ~240 ns.
     assert abs(stamp_to_nanoseconds(stamp) - 1_500_000_000_123_456_789) < 300
     assert abs(stamp_to_seconds(stamp) - (1.5e9 + 0.123456789)) < 1e-6
+    # A float that holds a time exactly gives it to the nanosecond (seconds * 1e9 would not).
+    exact = seconds_to_stamp(1_800_000_000.25)
+    assert (exact.sec, exact.nanosec) == (1_800_000_000, 250_000_000)
+    carried = seconds_to_stamp(7.9999999999)
+    assert (carried.sec, carried.nanosec) == (8, 0)
     duration = seconds_to_duration(0.02)
     assert (duration.sec, duration.nanosec) == (0, 20_000_000)
 
@@ -248,10 +253,14 @@ def test_joint_trajectory_from_plan_points():
     times = np.array([0.02, 0.04, 0.06])
     positions = np.array([[0.0, 1.0], [0.1, 1.1], [0.2, 1.2]])
     velocities = np.array([[5.0, 5.0], [5.0, 5.0], [0.0, 0.0]])
-    points = PlanPoints(times, positions, velocities, PlannerState.FOLLOWING, None)
+    points = PlanPoints(times, positions, velocities, PlannerState.FOLLOWING, None,
+                        start_time=1_800_000_000.25)
     msg = build_joint_trajectory(['a', 'b'], points)
     assert msg.joint_names == ['a', 'b']
-    assert msg.header.stamp.sec == 0 and msg.header.stamp.nanosec == 0
+    # Stamped with the plan's start: the controller counts time_from_start from there.
+    assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (1_800_000_000, 250_000_000)
+    unstamped = build_joint_trajectory(['a', 'b'], points, stamped=False)
+    assert unstamped.header.stamp.sec == 0 and unstamped.header.stamp.nanosec == 0
     assert [p.time_from_start.nanosec for p in msg.points] == [20_000_000, 40_000_000,
                                                                60_000_000]
     assert [list(p.positions) for p in msg.points] == positions.tolist()

@@ -314,3 +314,74 @@ def test_use_sim_time_cannot_change_while_configured(node):
     node.trigger_deactivate()
     node.trigger_cleanup()
     assert node.set_parameters([Parameter('use_sim_time', value=True)])[0].successful
+
+
+def moving_joint_state(stamp, velocity=0.5, position=0.0):
+    msg = joint_state(stamp)
+    msg.position = [position] + [0.0] * (len(SO101_JOINTS) - 1)
+    msg.velocity = [velocity] + [0.0] * (len(SO101_JOINTS) - 1)
+    return msg
+
+
+@pytest.mark.parametrize('hold', ['disabled', 'estop'])
+def test_a_disabled_or_estopped_node_commands_nothing_even_while_the_arm_moves(node, hold):
+    # Handed over (disabled) or e-stopped before a reconfigure: another commander may move the
+    # arm; a braking command from its measured velocity would replace that commander's goal.
+    if hold == 'disabled':
+        node.enable_callback(SetBool.Request(data=False), SetBool.Response())
+    else:
+        node.estop_callback(Bool(data=True))
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    node.trigger_activate()
+    published = []
+    node._trajectory_pub.publish = published.append
+    for _ in range(5):
+        node.joint_state_callback(moving_joint_state(now(node), velocity=1e-4 + 0.3))
+        node.control_timer_callback()
+    assert published == []
+    # Enabled: from the measured arm, continuing its velocity.
+    node.enable_callback(SetBool.Request(data=True), SetBool.Response())
+    node.control_timer_callback()
+    assert published and published[0].points[0].velocities[0] > 0.0
+
+
+def test_a_start_extrapolated_past_a_limit_is_clipped_not_refused(node):
+    upper = node._limits.position_upper[0]
+    published = []
+    node._trajectory_pub.publish = published.append
+    # Measured 5 mm inside the limit 30 ms ago, moving out at 0.5 rad/s: "now" it is past it.
+    node.joint_state_callback(moving_joint_state(now(node) - 0.03, position=upper - 0.005))
+    node.control_timer_callback()
+    assert published, node._start_refused
+    first = published[0].points[0]
+    assert first.positions[0] <= upper and first.velocities[0] == 0.0
+
+
+def test_a_start_beyond_the_extrapolation_window_is_at_rest_where_last_measured(make_node):
+    node = make_node(joint_state_max_extrapolation=0.05)
+    published = []
+    node._trajectory_pub.publish = published.append
+    node.joint_state_callback(moving_joint_state(now(node) - 0.1, velocity=0.3))  # 100 ms old
+    node.control_timer_callback()
+    first = published[0].points[0]
+    assert first.positions[0] == pytest.approx(0.0, abs=1e-9) and first.velocities[0] == 0.0
+
+
+def test_a_future_stamped_joint_state_does_not_start_the_plan_once_stale(node):
+    published = []
+    node._trajectory_pub.publish = published.append
+    t = now(node)
+    node.joint_state_callback(joint_state(t + 0.45))           # a clock 0.45 s ahead
+    clock = node._now
+    node._now = lambda: clock() + node._settings.joint_state_timeout + 0.05
+    node.control_timer_callback()
+    assert published == []          # 0.3 s after its arrival it is stale, whatever its stamp
+
+
+def test_enable_after_the_inference_thread_crashed_says_it_cannot_resume(node, monkeypatch):
+    monkeypatch.setattr(node._worker, 'recover', lambda: False)
+    node._worker.state = pi0_ros.node.WorkerState.FAILED
+    response = node.enable_callback(SetBool.Request(data=True), SetBool.Response())
+    assert 'clean up and configure again' in response.message

@@ -78,7 +78,7 @@ def harness(start_process, ros_node):
 def check_command(msg):
     """Assert that one JointTrajectory is valid for the joint_trajectory_controller."""
     assert list(msg.joint_names) == SO101_JOINTS
-    assert msg.header.stamp.sec == 0 and msg.header.stamp.nanosec == 0
+    assert stamp_to_nanoseconds(msg.header.stamp) > 0  # the plan's start on the ROS clock
     times = np.array([p.time_from_start.sec + p.time_from_start.nanosec * 1e-9
                       for p in msg.points])
     positions = np.array([p.positions for p in msg.points])
@@ -101,6 +101,11 @@ def test_commands_at_control_rate_valid_within_limits_and_stamped_chunks(harness
     assert abs(node_rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, f'node rate {node_rate:.2f} Hz'
     for _, msg in window:
         check_command(msg)
+    # Stamped with the tick that planned them: one control period apart on the node's clock.
+    stamps = np.array([stamp_to_nanoseconds(msg.header.stamp) for _, msg in window]) * 1e-9
+    periods = np.diff(stamps)
+    assert np.all(periods > 0) and abs(np.median(periods) - 1 / CONTROL_RATE) < 2e-3
+    assert abs(stamps[-1] - ros.node.get_clock().now().nanoseconds * 1e-9) < 1.0
     # Every chunk is stamped with the stamp of a camera set that was published.
     assert len(harness.chunks) >= 5
     published = set(harness.feeder.camera_stamps)

@@ -140,7 +140,7 @@ class PlannerState(enum.Enum):
 
 @dataclass(frozen=True, eq=False)
 class PlanPoints:
-    """Trajectory points from start_time (the step's `now`); JTC header stamp 0 = start now."""
+    """Trajectory points; times_from_start count from start_time (the step's `now`)."""
 
     times_from_start: np.ndarray
     positions: np.ndarray
