@@ -6,9 +6,10 @@ Turns action chunks into short, limit-respecting trajectories for the JTC, one p
 Model (per joint, independent): the planner keeps the last published plan. Each step(now)
 evaluates that plan at `now` (so the commanded state is exactly what the controller is executing,
 whatever the tick jitter, given a controller that runs each plan from its start time, the
-message's stamp, and continues from its own last command: open_loop_control) and plans `points_per_message` new points on a time grid of
-`point_spacing` fixed at reset (the first point is (0, h] after now, so successive plans share
-their points and a jittered tick does not break the braking invariant below):
+message's stamp, and continues from its own last command: open_loop_control) and plans
+`points_per_message` new points on a time grid of `point_spacing` fixed at reset (the first point
+is (0, h] after now, so successive plans share their points and a jittered tick does not break the
+braking invariant below):
 
 * Between points the acceleration is constant: q[i] = q[i-1] + h * (v[i-1] + v[i]) / 2 with
   |v[i] - v[i-1]| <= max_acceleration * h. A cubic through such points with these velocities (what
