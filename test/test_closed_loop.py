@@ -81,8 +81,14 @@ def test_policy_drives_the_simulated_arm_and_holds_without_cameras(start_process
     assert ros.spin_until(lambda: statuses[-1][1].output_state == PolicyStatus.OUTPUT_HOLDING
                           and statuses[-1][0] > cut, 3.0, control)
     assert statuses[-1][1].hold_reason == 'observation stale'
-    ros.spin_for(2.0)
-    resting = np.stack([q for t, q in recorder.measured if t > time.monotonic() - 0.5])
-    assert np.max(resting.max(axis=0) - resting.min(axis=0)) < 0.01
+
+    def at_rest():
+        # The last 0.5 s of measurements move less than 0.01 rad (braking takes well under
+        # 1 s; a loaded CI machine may run the simulator late, hence a deadline, not a wait).
+        recent = [q for t, q in recorder.measured if t > time.monotonic() - 0.5]
+        return len(recent) > 5 and np.max(np.ptp(np.stack(recent), axis=0)) < 0.01
+
+    ros.spin_for(1.0)
+    assert ros.spin_until(at_rest, 10.0, control), 'the arm did not come to rest'
     assert sim.stop() == 0
     assert control.stop() == 0
