@@ -111,6 +111,11 @@ def build_engine(settings):
                             state_mean=mean, state_std=std, action_mean=mean, action_std=std)
 
 
+def _no_later_than(stamp, now):
+    """Return an input's stamp capped at its arrival time now (once the ROS clock runs)."""
+    return min(stamp, now) if now > 0.0 else stamp
+
+
 class Pi0ControlNode(LifecycleNode):
     """Lifecycle node driving an arm with Pi0 action chunks."""
 
@@ -506,9 +511,7 @@ class Pi0ControlNode(LifecycleNode):
                 self._counters['observations_synced'] += 1
                 # Its age counts from no later than now: a stamp ahead of the clock (within
                 # max_future_stamp) must not keep the observation fresh for longer.
-                now = self._now()
-                self._last_observation_stamp = (min(matched.stamp, now) if now > 0.0
-                                                else matched.stamp)
+                self._last_observation_stamp = _no_later_than(matched.stamp, self._now())
                 # The set's stamp (the newest of its frames), exact to the nanosecond.
                 stamp_ns = max(item[1][1] for item in matched.items)
                 observation = Observation(
@@ -549,7 +552,7 @@ class Pi0ControlNode(LifecycleNode):
                 # The newest stamp seen, not the last to arrive: a late sample must not make
                 # the joint states look stale; and no later than its arrival: a stamp ahead of
                 # the clock must not keep them fresh for longer.
-                fresh = min(sample.stamp, now) if now > 0.0 else sample.stamp
+                fresh = _no_later_than(sample.stamp, now)
                 newest = self._last_joint_state_time
                 self._last_joint_state_time = fresh if newest is None else max(newest, fresh)
 

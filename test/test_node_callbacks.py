@@ -76,6 +76,13 @@ def joint_state(stamp):
     return msg
 
 
+def moving_joint_state(stamp, velocity=0.5, position=0.0):
+    msg = joint_state(stamp)
+    msg.position = [position] + [0.0] * (len(SO101_JOINTS) - 1)
+    msg.velocity = [velocity] + [0.0] * (len(SO101_JOINTS) - 1)
+    return msg
+
+
 def frame(value, stamp, camera):
     return rgb_to_image(np.full((48, 64, 3), value, np.uint8), seconds_to_stamp(stamp), camera)
 
@@ -95,15 +102,21 @@ class Submissions:
         self._submit(observation)
 
 
-def test_two_frames_of_one_camera_with_one_stamp_are_not_taken_for_each_other(node):
+def instructed(node, *joint_offsets):
+    """Record the node's submissions, give it an instruction and joint states at t + offsets."""
     submissions = Submissions(node._worker)
+    node.instruction_callback(String(data='pick up the cube'))
+    t = now(node)
+    for offset in joint_offsets:
+        node.joint_state_callback(joint_state(t + offset))
+    return submissions, t
+
+
+def test_two_frames_of_one_camera_with_one_stamp_are_not_taken_for_each_other(node):
     offered = []
     offer = node._worker.offer_frame
     node._worker.offer_frame = lambda *args: (offered.append(args[2]), offer(*args))
-    node.instruction_callback(String(data='pick up the cube'))
-    t = now(node)
-    node.joint_state_callback(joint_state(t - 0.01))
-    node.joint_state_callback(joint_state(t + 0.01))
+    submissions, t = instructed(node, -0.01, 0.01)
     node.image_callback(0, 'front', frame(10, t, 'front'))
     node.image_callback(0, 'front', frame(240, t, 'front'))   # same stamp, other pixels
     node.image_callback(1, 'side', frame(128, t, 'side'))
@@ -124,11 +137,7 @@ def test_a_late_joint_state_does_not_make_the_fresh_ones_look_stale(node):
 
 
 def test_a_set_matched_before_an_epoch_change_is_not_submitted(node):
-    submissions = Submissions(node._worker)
-    node.instruction_callback(String(data='pick up the cube'))
-    t = now(node)
-    node.joint_state_callback(joint_state(t - 0.01))
-    node.joint_state_callback(joint_state(t + 0.01))
+    submissions, t = instructed(node, -0.01, 0.01)
     for index, camera in enumerate(CAMERAS[:2]):
         node.image_callback(index, camera, frame(50, t, camera))
     # The stamp as the other two frames carry it (through a message: rounded to the ns); a
@@ -211,9 +220,7 @@ def test_an_arm_still_moving_at_the_start_is_braked_not_stopped_within_one_point
     # continues from the measured velocity at the acceleration limit.
     published = []
     node._trajectory_pub.publish = published.append
-    msg = joint_state(now(node))
-    msg.velocity = [0.5] + [0.0] * (len(SO101_JOINTS) - 1)
-    node.joint_state_callback(msg)
+    node.joint_state_callback(moving_joint_state(now(node)))
     node.control_timer_callback()
     assert published, node._start_refused
     first = published[0].points[0]
@@ -250,10 +257,7 @@ def test_an_estop_outlives_cleanup_and_configure_and_enable_starts_from_the_meas
 def test_a_stamp_ahead_of_the_clock_does_not_keep_the_inputs_fresh_for_longer(node):
     # A camera or joint-state clock 0.45 s ahead (within max_future_stamp, 0.5 s): their age
     # counts from their arrival, so the watchdogs fire after the timeouts, as without skew.
-    submissions = Submissions(node._worker)
-    node.instruction_callback(String(data='pick up the cube'))
-    t = now(node)
-    node.joint_state_callback(joint_state(t + 0.45))
+    submissions, t = instructed(node, 0.45)
     joint_time = node._last_joint_state_time
     assert joint_time <= now(node)
     for index, camera in enumerate(CAMERAS):
@@ -290,11 +294,7 @@ def test_inputs_judged_on_the_clock_before_a_backward_jump_are_not_buffered(node
 
 
 def test_a_set_older_than_one_already_handed_on_is_dropped(node):
-    submissions = Submissions(node._worker)
-    node.instruction_callback(String(data='pick up the cube'))
-    t = now(node)
-    node.joint_state_callback(joint_state(t - 0.05))
-    node.joint_state_callback(joint_state(t + 0.01))
+    submissions, t = instructed(node, -0.05, 0.01)
 
     def matched(stamp):
         return SimpleNamespace(stamp=stamp, skew=0.0, items=[
@@ -314,13 +314,6 @@ def test_use_sim_time_cannot_change_while_configured(node):
     node.trigger_deactivate()
     node.trigger_cleanup()
     assert node.set_parameters([Parameter('use_sim_time', value=True)])[0].successful
-
-
-def moving_joint_state(stamp, velocity=0.5, position=0.0):
-    msg = joint_state(stamp)
-    msg.position = [position] + [0.0] * (len(SO101_JOINTS) - 1)
-    msg.velocity = [velocity] + [0.0] * (len(SO101_JOINTS) - 1)
-    return msg
 
 
 @pytest.mark.parametrize('hold', ['disabled', 'estop'])
