@@ -7,9 +7,13 @@ Model (per joint, independent): the planner keeps the last published plan. Each 
 evaluates that plan at `now` (so the commanded state is exactly what the controller is executing,
 whatever the tick jitter, given a controller that runs each plan from its start time, the
 message's stamp, and continues from its own last command: open_loop_control) and plans
-`points_per_message` new points on a time grid of `point_spacing` fixed at reset (the first point
-is (0, h] after now, so successive plans share their points and a jittered tick does not break the
-braking invariant below):
+`points_per_message` new points on a time grid of `point_spacing` fixed at reset (so successive
+plans share their points and a jittered tick does not break the braking invariant below). The
+first point is the first grid point at least FIRST_POINT_LEAD h after now: a controller receives
+the plan a little after its stamp (a millisecond), and a first point still ahead of it keeps the
+plan's start, not a spline from wherever the delivery delay left the arm to the second point.
+Where that longer first segment cannot stay inside the position limits (it cannot brake as hard
+as a short one) the first point is the next grid point, (0, h] after now:
 
 * Between points the acceleration is constant: q[i] = q[i-1] + h * (v[i-1] + v[i]) / 2 with
   |v[i] - v[i-1]| <= max_acceleration * h. A cubic through such points with these velocities (what
@@ -69,6 +73,7 @@ from pi0_ros.control.action_chunk import Chunk
 from pi0_ros.control.limits import JointLimits
 
 MAX_REFERENCE_SEGMENTS = 16
+FIRST_POINT_LEAD = 0.25      # the first point is at least this many point spacings after now
 VELOCITY_EPSILON = 1e-12
 REASON_WAITING = 'waiting for chunk'
 REASON_EXHAUSTED = 'chunk exhausted'
@@ -511,13 +516,15 @@ class ChunkPlanner:
         self._position = start_q + start_v * tau + 0.5 * acceleration * tau * tau
         self._velocity = start_v + acceleration * tau
 
-    def _point_times(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def _point_times(self, now: float, lead: bool) -> tuple[np.ndarray, np.ndarray]:
         """
         Return the absolute times [N] of the next points (the grid after now), and from now.
 
         Points lie on a grid fixed at reset (origin + k h), whatever the tick jitter, so a new
         plan's points coincide with the executing plan's, and the braking invariant checked at
-        the points of one plan holds for the next. The first point is (0, h] after now.
+        the points of one plan holds for the next. The first point is (0, h] after now, or with
+        lead, (FIRST_POINT_LEAD h, (1 + FIRST_POINT_LEAD) h]: a controller that receives the plan
+        a little after its stamp then still finds its first point ahead (see step()).
         Also returns the times from now, computed from the tick count rather than as a
         difference of absolute times: near 1.8e9 s (ROS time) such a difference keeps only
         ~0.2 us and could round a first point to a time_from_start of zero.
@@ -525,6 +532,8 @@ class ChunkPlanner:
         h = self.config.point_spacing
         elapsed = now - self._grid_origin
         ticks = math.floor(elapsed / h + 1e-6) + 1
+        if lead and h * ticks - elapsed < FIRST_POINT_LEAD * h:
+            ticks += 1
         from_now = (h * ticks - elapsed) + self._grid_steps
         return self._grid_origin + h * ticks + self._grid_steps, from_now
 
@@ -559,12 +568,11 @@ class ChunkPlanner:
             # Moving without a reference (a hold just ended, the clock went back): brake to
             # rest rather than steer back to where the hold began; a chunk resumes following.
             brake_reason = REASON_CLOCK if self._hold_reason == REASON_CLOCK else REASON_WAITING
-        times, from_now = self._point_times(now)
         if brake_reason is not None:
             self._segments = []
             self._mode = PlannerState.HOLDING
             self._hold_reason = brake_reason
-            positions, velocities = self._brake(from_now[0])
+            plan_points = self._brake
         else:
             if not self._segments:
                 self._segments = [_Segment(now, position=self._position.copy())]
@@ -578,7 +586,14 @@ class ChunkPlanner:
                 self._mode, self._hold_reason = PlannerState.HOLDING, REASON_EXHAUSTED
             else:
                 self._mode, self._hold_reason = PlannerState.FOLLOWING, None
-            positions, velocities = self._track(now, times, from_now)
+            plan_points = self._track
+        # The first point a lead ahead, unless the longer first segment cannot stay inside the
+        # position limits (it cannot brake as hard as a short one): then the grid point next.
+        times, from_now = self._point_times(now, lead=True)
+        positions, velocities = plan_points(now, times, from_now)
+        if not self._first_segment_inside(positions[0], velocities[0], from_now[0]):
+            times, from_now = self._point_times(now, lead=False)
+            positions, velocities = plan_points(now, times, from_now)
 
         plan = PlanPoints(from_now, positions, velocities, self.state, self.hold_reason, now)
         self._plan = plan
@@ -587,7 +602,23 @@ class ChunkPlanner:
         self._plan_start_velocity = self._velocity.copy()
         return plan
 
-    def _brake(self, first_step: float) -> tuple[np.ndarray, np.ndarray]:
+    def _first_segment_inside(self, position: np.ndarray, velocity: np.ndarray,
+                              step: float) -> bool:
+        """Return whether now -> the first point is one constant acceleration within limits."""
+        q0, v0 = self._position, self._velocity
+        if not np.allclose(position, q0 + 0.5 * step * (v0 + velocity), rtol=0.0, atol=1e-12):
+            return False                                  # a position clipped to a limit
+        acceleration = (velocity - v0) / step
+        with np.errstate(divide='ignore', invalid='ignore'):
+            turn = np.where(acceleration != 0.0, -v0 / acceleration, -1.0)
+        apex = np.where((turn > 0.0) & (turn < step),
+                        q0 + v0 * turn + 0.5 * acceleration * turn * turn, q0)
+        return bool(np.all(apex <= self.limits.position_upper)
+                    and np.all(apex >= self.limits.position_lower))
+
+    def _brake(self, now: float, times: np.ndarray,
+               from_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        first_step = from_now[0]
         h = self.config.point_spacing
         count = self.config.points_per_message
         positions = np.empty((count, self.limits.num_joints))
