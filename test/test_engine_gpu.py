@@ -273,10 +273,22 @@ def test_memory_estimate_covers_the_measured_peak():
 
 
 def test_nvml_handle_is_the_gpu_pytorch_uses():
-    # The telemetry's GPU is found by UUID (pi0_ros.nvml): NVML must know it, and its memory
-    # total is the one CUDA reports for PyTorch's device.
+    # The telemetry's GPU is found by UUID (pi0_ros.nvml): NVML must know it, at the PCI address
+    # CUDA gives PyTorch's device, and see memory that PyTorch takes there. (NVML's memory
+    # total counts memory CUDA does not offer, so totals are not compared.)
     from pi0_ros import nvml
     found = nvml.device_handle(torch.device('cuda', 0))
     assert found is not None
     pynvml, handle = found
-    assert pynvml.nvmlDeviceGetMemoryInfo(handle).total == torch.cuda.mem_get_info(0)[1]
+    properties = torch.cuda.get_device_properties(0)
+    pci = pynvml.nvmlDeviceGetPciInfo(handle)
+    assert (pci.domain, pci.bus, pci.device) == (
+        properties.pci_domain_id, properties.pci_bus_id, properties.pci_device_id)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()                   # the block below is a new allocation
+    used_before = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+    block = torch.empty(2 * 2 ** 30, dtype=torch.uint8, device='cuda:0')
+    block.fill_(1)
+    torch.cuda.synchronize()
+    assert pynvml.nvmlDeviceGetMemoryInfo(handle).used - used_before >= 2 * 2 ** 30
+    del block
