@@ -6,11 +6,13 @@ Kernel timeline of the engine's CUDA graphs as they replay (GPU only; writes JSO
 `bench --profile` times one eager call, where no kernel overlaps the next; in the engine's
 graphs the Triton kernels launch as programmatic dependents (PDL), so a kernel's time on the
 critical path is the gap between the end of the kernel before it and its own end, not its
-duration. This script builds the full-size batch-1 engine (random weights), profiles a few
+duration. This script builds the full-size engine (random weights) for --batch observations
+per call (batch 1 by default, as the node runs it; larger batches through infer_batch, the
+engine built for exactly that batch), profiles a few
 calls with CUPTI (torch.profiler), and reports per kernel name: count, median duration and
 median "step" (end minus the latest end before it, i.e. what it adds to the chain), plus the
 whole kernel sequence of the last call (start and end times from its first kernel).
-Usage: python benchmarks/graph_timeline.py --calls 3 --json timeline.json
+Usage: python benchmarks/graph_timeline.py --calls 3 [--batch 8] --json timeline.json
 """
 import argparse
 import json
@@ -56,24 +58,34 @@ def summarize(kernels: list) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--calls', type=int, default=3)
+    parser.add_argument('--batch', type=int, default=1, help='observations per call')
     parser.add_argument('--json', default='graph_timeline.json')
     args = parser.parse_args(argv)
     engine = Pi0Engine.random(ModelDims.full(), state_dim=14, action_dim=14, num_cameras=3,
-                              options=EngineOptions(precision='bf16', device='cuda'))
+                              options=EngineOptions(precision='bf16', device='cuda',
+                                                    max_batch=args.batch,
+                                                    batch_buckets=(args.batch,)))
     engine.warmup()
     rng = np.random.default_rng(0)
 
-    def observation():
-        return random_frames(rng), rng.normal(size=14).astype(np.float32), INSTRUCTION
+    def observations():
+        return [(random_frames(rng), rng.normal(size=14).astype(np.float32), INSTRUCTION)
+                for _ in range(args.batch)]
+
+    def call(inputs):
+        if len(inputs) == 1:
+            engine.infer(*inputs[0])
+        else:
+            engine.infer_batch(inputs)
 
     for _ in range(5):
-        engine.infer(*observation())
+        call(observations())
     torch.cuda.synchronize()
     calls = []
     for _ in range(args.calls):
-        inputs = observation()
+        inputs = observations()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            engine.infer(*inputs)
+            call(inputs)
             torch.cuda.synchronize()
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, 'trace.json')
@@ -82,7 +94,8 @@ def main(argv=None) -> int:
                 calls.append(kernel_events(json.load(stream)))
     kernels = calls[-1]
     origin = kernels[0][0] if kernels else 0.0
-    report = {'calls': [{'kernels': len(call), 'span_us': call[-1][1] - call[0][0]}
+    report = {'batch': args.batch,
+              'calls': [{'kernels': len(call), 'span_us': call[-1][1] - call[0][0]}
                         for call in calls if call],
               'summary': summarize(kernels),
               'sequence': [{'start_us': start - origin, 'end_us': end - origin, 'name': name}
