@@ -139,9 +139,25 @@ def main(argv=None) -> int:
         print(f"batch {batch}: A p50 {entry['A']['total']['p50']:.2f} ms "
               f"{entry['A']['stages_p50_ms']}, B p50 {entry['B']['total']['p50']:.2f} ms "
               f"{entry['B']['stages_p50_ms']}", flush=True)
+    report['agreement'] = agreement(engines, draw(max(batches)))
+    print(f"B against A, same inputs and noise: cosine {report['agreement']['cosine']:.6f}, "
+          f"max abs {report['agreement']['max_abs']:.3e}", flush=True)
     with open(args.json, 'w', encoding='utf-8') as stream:
         json.dump(report, stream, indent=1)
     return 0
+
+
+def agreement(engines: dict, observations: list) -> dict:
+    """Cosine and largest difference of B's action chunks against A's (same weights, noise)."""
+    rng = np.random.default_rng(1)
+    engine = engines['A']
+    noisy = [observation + (None, rng.normal(size=(engine.chunk_size, engine.dims.max_action_dim))
+                            .astype(np.float32))
+             for observation in observations]
+    chunks = {name: torch.from_numpy(np.stack([r.actions for r in e.infer_batch(noisy)]))
+              .double().reshape(-1) for name, e in engines.items()}
+    cosine = torch.nn.functional.cosine_similarity(chunks['A'], chunks['B'], dim=0)
+    return {'cosine': float(cosine), 'max_abs': float((chunks['A'] - chunks['B']).abs().max())}
 
 
 if __name__ == '__main__':
