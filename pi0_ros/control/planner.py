@@ -572,7 +572,6 @@ class ChunkPlanner:
             self._segments = []
             self._mode = PlannerState.HOLDING
             self._hold_reason = brake_reason
-            plan_points = self._brake
         else:
             if not self._segments:
                 self._segments = [_Segment(now, position=self._position.copy())]
@@ -586,14 +585,12 @@ class ChunkPlanner:
                 self._mode, self._hold_reason = PlannerState.HOLDING, REASON_EXHAUSTED
             else:
                 self._mode, self._hold_reason = PlannerState.FOLLOWING, None
-            plan_points = self._track
         # The first point a lead ahead, unless the longer first segment cannot stay inside the
         # position limits (it cannot brake as hard as a short one): then the grid point next.
-        times, from_now = self._point_times(now, lead=True)
-        positions, velocities = plan_points(now, times, from_now)
+        braking = brake_reason is not None
+        times, from_now, positions, velocities = self._plan_points(now, braking, lead=True)
         if not self._first_segment_inside(positions[0], velocities[0], from_now[0]):
-            times, from_now = self._point_times(now, lead=False)
-            positions, velocities = plan_points(now, times, from_now)
+            times, from_now, positions, velocities = self._plan_points(now, braking, lead=False)
 
         plan = PlanPoints(from_now, positions, velocities, self.state, self.hold_reason, now)
         self._plan = plan
@@ -601,6 +598,13 @@ class ChunkPlanner:
         self._plan_start_position = self._position.copy()
         self._plan_start_velocity = self._velocity.copy()
         return plan
+
+    def _plan_points(self, now: float, braking: bool, lead: bool) -> tuple:
+        """Return the points' times (absolute, from now), positions and velocities."""
+        times, from_now = self._point_times(now, lead)
+        if braking:
+            return (times, from_now, *self._brake(from_now[0]))
+        return (times, from_now, *self._track(now, times, from_now))
 
     def _first_segment_inside(self, position: np.ndarray, velocity: np.ndarray,
                               step: float) -> bool:
@@ -616,9 +620,7 @@ class ChunkPlanner:
         return bool(np.all(apex <= self.limits.position_upper)
                     and np.all(apex >= self.limits.position_lower))
 
-    def _brake(self, now: float, times: np.ndarray,
-               from_now: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        first_step = from_now[0]
+    def _brake(self, first_step: float) -> tuple[np.ndarray, np.ndarray]:
         h = self.config.point_spacing
         count = self.config.points_per_message
         positions = np.empty((count, self.limits.num_joints))
