@@ -7,8 +7,8 @@ Kernel timeline of the engine's CUDA graphs as they replay (GPU only; writes JSO
 graphs the Triton kernels launch as programmatic dependents (PDL), so a kernel's time on the
 critical path is the gap between the end of the kernel before it and its own end, not its
 duration. This script builds the full-size engine (random weights) for --batch observations
-per call (batch 1 by default, as the node runs it; larger batches through infer_batch, the
-engine built for exactly that batch), profiles a few
+per call (batch 1 by default, as the node runs it; the engine built for exactly that batch),
+profiles a few
 calls with CUPTI (torch.profiler), and reports per kernel name: count, median duration and
 median "step" (end minus the latest end before it, i.e. what it adds to the chain), plus the
 whole kernel sequence of the last call (start and end times from its first kernel).
@@ -72,20 +72,14 @@ def main(argv=None) -> int:
         return [(random_frames(rng), rng.normal(size=14).astype(np.float32), INSTRUCTION)
                 for _ in range(args.batch)]
 
-    def call(inputs):
-        if len(inputs) == 1:
-            engine.infer(*inputs[0])
-        else:
-            engine.infer_batch(inputs)
-
     for _ in range(5):
-        call(observations())
+        engine.infer_batch(observations())  # as infer() at batch 1: the same path
     torch.cuda.synchronize()
     calls = []
     for _ in range(args.calls):
         inputs = observations()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            call(inputs)
+            engine.infer_batch(inputs)
             torch.cuda.synchronize()
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, 'trace.json')
