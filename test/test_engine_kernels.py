@@ -7,6 +7,7 @@ On the CPU through Triton's interpreter (each check in triton_interpreter_checks
 subprocess: the interpreter is chosen when triton is imported); on the GPU at Pi0's full shapes.
 """
 import dataclasses
+import json
 import os
 from pathlib import Path
 import subprocess
@@ -21,6 +22,7 @@ from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
+AUDIT = Path(__file__).parents[1] / 'benchmarks' / 'register_audit.py'
 skinny_linear = gemm.skinny_linear
 
 
@@ -36,6 +38,47 @@ def test_kernel_in_the_interpreter(check):
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f'{check} ok' in result.stdout
+
+
+def _register_audit(tmp_path, *args) -> list:
+    report = tmp_path / 'audit.json'
+    result = subprocess.run([sys.executable, str(AUDIT), *args, '--out', str(report)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(report.read_text())['compilations']
+
+
+def _over_budget(compilations) -> list:
+    return [(c['kernel'], c['batches'], c['constexprs'], c['registers'], c['spill_store_bytes'],
+             c['shared_bytes']) for c in compilations
+            if c['spill_store_bytes'] or c['spill_load_bytes'] or c['shared_bytes'] > 232448]
+
+
+@pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
+def test_no_kernel_the_engine_launches_on_hopper_spills_or_overflows_shared_memory(tmp_path):
+    # Every Triton launch of a full-width engine at batch 1 and 8, compiled for sm_90a on the
+    # CPU (benchmarks/register_audit.py). Registers spilled to local memory made session 17's
+    # fused RoPE attention slower than the kernels it replaced; more shared memory than an SM
+    # has fails at launch. Either fails here, before a GPU run.
+    compilations = _register_audit(tmp_path, '--batches', '1,8')
+    assert {'_skinny_linear_kernel', '_attention_kernel', '_merge_splits_kernel',
+            '_add_norm_kernel', '_rope_qkv_kernel', '_self_attention_kernel',
+            '_gelu_mul_kernel', '_resize_frames_kernel'} <= {c['kernel'] for c in compilations}
+    assert {1, 8} <= {batch for c in compilations for batch in c['batches']}
+    assert not _over_budget(compilations)
+
+
+@pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
+def test_register_audit_reports_a_tile_too_large_for_the_registers(tmp_path):
+    # 128 rows x 128 keys on 4 warps: the float32 output tile alone is 256 registers a thread.
+    tuned = tmp_path / 'tiles.json'
+    tuned.write_text(json.dumps({'best': {'SKINNY_LINEAR': [], 'ATTENTION': {'suffix': [[1, {
+        'block_m': 128, 'block_n': 128, 'keys_per_split': 256, 'num_warps': 4,
+        'num_stages': 2, 'merge_rows': 1}]]}}}))
+    compilations = _register_audit(tmp_path, '--batches', '1', '--tuned', str(tuned))
+    [(kernel, _, constexprs, registers, spilled, shared)] = _over_budget(compilations)
+    assert kernel == '_attention_kernel' and constexprs['BLOCK_M'] == 128
+    assert registers == 255 and spilled > 0 and shared > 232448
 
 
 EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
