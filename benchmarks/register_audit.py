@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.pop('TRITON_INTERPRET', None)  # compiled kernels, not the interpreter's stand-ins
 
 import torch  # noqa: E402
 import triton  # noqa: E402
