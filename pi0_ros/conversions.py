@@ -191,6 +191,12 @@ def rgb_to_image(rgb, stamp, frame_id):
                  encoding='rgb8', is_bigendian=0, step=width * 3, data=rgb.tobytes())
 
 
+# A measured velocity beyond this multiple of its joint's max_velocity is taken for a driver
+# error, not for motion: the message's velocities are ignored (its positions are kept), so that
+# no extrapolation carries a start or an observation's state far from the measured positions.
+IMPLAUSIBLE_VELOCITY_FACTOR = 2.0
+
+
 @dataclass(frozen=True)
 class JointSample:
     """Joint positions (and velocities when given) in the configured joint order."""
@@ -198,13 +204,17 @@ class JointSample:
     stamp: float
     positions: np.ndarray
     velocities: np.ndarray | None
+    ignored_velocities: str = ''  # why the message's velocities were ignored ('' if not)
 
 
 class JointStateMapper:
     """Maps sensor_msgs/JointState messages by name into the configured joint order."""
 
-    def __init__(self, joint_names):
+    def __init__(self, joint_names, max_velocity=None):
+        """max_velocity: per joint (configured order); velocities far beyond it are ignored."""
         self.joint_names = list(joint_names)
+        self._velocity_bound = (None if max_velocity is None else IMPLAUSIBLE_VELOCITY_FACTOR
+                                * np.asarray(max_velocity, dtype=np.float64))
         self._cached_names = None
         self._cached_index = None
 
@@ -237,12 +247,19 @@ class JointStateMapper:
         if not np.all(usable):
             bad = [self.joint_names[i] for i in np.flatnonzero(~usable)]
             raise InputRejected('non-finite joint state', ', '.join(bad))
-        velocities = None
+        velocities, ignored = None, ''
         if len(msg.velocity) == len(msg.name):
             velocities = np.asarray(msg.velocity, dtype=np.float64)[index]
             if not np.all(np.abs(velocities) <= FLOAT32_MAX):
+                velocities = None  # NaN (some drivers' "unknown"), inf: as if absent
+            elif self._velocity_bound is not None and np.any(
+                    beyond := np.abs(velocities) > self._velocity_bound):
+                joint = int(np.flatnonzero(beyond)[0])
+                ignored = (f'{self.joint_names[joint]} at {velocities[joint]:.4g}, beyond '
+                           f'{IMPLAUSIBLE_VELOCITY_FACTOR:g} x its max_velocity '
+                           f'{self._velocity_bound[joint] / IMPLAUSIBLE_VELOCITY_FACTOR:g}')
                 velocities = None
-        return JointSample(stamp_to_seconds(msg.header.stamp), positions, velocities)
+        return JointSample(stamp_to_seconds(msg.header.stamp), positions, velocities, ignored)
 
 
 def validate_instruction(text, max_length):

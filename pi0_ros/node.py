@@ -281,8 +281,9 @@ class Pi0ControlNode(LifecycleNode):
                                          settings.sync_max_skew)
         self._joint_buffer = JointStateBuffer(
             capacity=400, max_gap=settings.joint_state_max_gap,
-            max_extrapolation=settings.joint_state_max_extrapolation)
-        self._joint_mapper = JointStateMapper(joints)
+            max_extrapolation=settings.joint_state_max_extrapolation,
+            max_velocity=self._limits.max_velocity)
+        self._joint_mapper = JointStateMapper(joints, self._limits.max_velocity)
 
         # Joint states never wait behind a camera frame; each camera converts on its own. The
         # control timer's group gets a real-time thread of its own where permitted
@@ -545,6 +546,10 @@ class Pi0ControlNode(LifecycleNode):
         except InputRejected as error:
             self._reject(error, 'joint_states')
             return
+        if sample.ignored_velocities:
+            self.get_logger().warning(
+                f'joint_states: velocities ignored ({sample.ignored_velocities}); the positions '
+                'are used, held where extrapolated', throttle_duration_sec=LOG_THROTTLE_S)
         with self._lock:
             if time_base != self._time_base:
                 return  # judged on the clock before a backward jump

@@ -118,8 +118,10 @@ SPECS = {
                             'for a better match needs room for the next frame)', 2, 100),
     'joint_state_max_gap': Spec(0.1, 'Largest gap between joint states interpolated across, s',
                                 1e-3, 5.0),
-    'joint_state_max_extrapolation': Spec(0.1, 'How far past the newest joint state an '
-                                               'observation may be (the newest is held), s',
+    'joint_state_max_extrapolation': Spec(0.1, 'How far past the newest joint state its '
+                                               'position is still used (moved on with its '
+                                               'velocity, at most max_velocity, where the '
+                                               'joint states carry one; held otherwise), s',
                                           0.0, 5.0),
     'observation_timeout': Spec(0.5, 'Hold the arm when the newest observation is older, s',
                                 0.01, 60.0, dynamic=True),

@@ -203,11 +203,11 @@ class JointStateBuffer:
     capacity: samples kept (the oldest go first). max_gap: the longest interval between two
     samples that at() interpolates across. max_extrapolation: how far before the first or after
     the newest sample at() still answers, extrapolating with the sample's velocity when one was
-    given, holding its position otherwise.
+    given (each joint's at most max_velocity, where given), holding its position otherwise.
     """
 
     def __init__(self, capacity: int = 200, max_gap: float = 0.1,
-                 max_extrapolation: float = 0.05):
+                 max_extrapolation: float = 0.05, max_velocity=None):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f'capacity must be an integer >= 1, got {capacity!r}')
         for name, value in (('max_gap', max_gap), ('max_extrapolation', max_extrapolation)):
@@ -216,6 +216,11 @@ class JointStateBuffer:
         self.capacity = capacity
         self.max_gap = float(max_gap)
         self.max_extrapolation = float(max_extrapolation)
+        self.max_velocity = (None if max_velocity is None
+                             else np.array(max_velocity, dtype=np.float64))
+        if self.max_velocity is not None and not (self.max_velocity.ndim == 1
+                                                  and (self.max_velocity >= 0).all()):
+            raise ValueError(f'max_velocity must be a vector of values >= 0, got {max_velocity!r}')
         self._lock = threading.Lock()
         self.clear()
 
@@ -282,6 +287,8 @@ class JointStateBuffer:
                 velocity = self._velocities[nearest]
                 if velocity is None:
                     return self._positions[nearest].copy()
+                if self.max_velocity is not None and self.max_velocity.shape == velocity.shape:
+                    velocity = np.clip(velocity, -self.max_velocity, self.max_velocity)
                 return self._positions[nearest] + offset * velocity
             before, after = stamps[index - 1], stamps[index]
             if after - before > self.max_gap:

@@ -227,6 +227,17 @@ def test_joint_values_beyond_float32_are_unusable():
     assert sample.positions[1] == 3e38 and sample.velocities is None
 
 
+def test_velocities_far_beyond_the_joint_limits_are_ignored_with_a_reason():
+    mapper = JointStateMapper(JOINTS, max_velocity=[1.0, 2.0, 3.0])
+    moving = mapper.convert(joint_state(JOINTS, [0.0] * 3, [-1.5, 4.0, 0.0]))  # within 2x
+    assert moving.velocities.tolist() == [-1.5, 4.0, 0.0] and moving.ignored_velocities == ''
+    garbage = mapper.convert(joint_state(JOINTS, [0.1, 0.2, 0.3], [0.0, 1e6, 0.0]))
+    assert garbage.velocities is None and garbage.positions.tolist() == [0.1, 0.2, 0.3]
+    assert garbage.ignored_velocities == 'b at 1e+06, beyond 2 x its max_velocity 2'
+    unknown = mapper.convert(joint_state(JOINTS, [0.0] * 3, [float('nan'), 0.0, 0.0]))
+    assert unknown.velocities is None and unknown.ignored_velocities == ''  # as if absent
+
+
 def test_many_duplicate_joint_names_are_rejected_with_a_short_detail():
     names = [f'joint_{i % 20000}' for i in range(40000)]
     with pytest.raises(InputRejected) as error:

@@ -229,6 +229,26 @@ def test_an_arm_still_moving_at_the_start_is_braked_not_stopped_within_one_point
     assert first.positions[0] > 0.0 and list(first.velocities[1:]) == [0.0] * 5
 
 
+def test_a_garbage_joint_velocity_moves_neither_the_start_nor_the_observed_state(node):
+    # A driver reports 1e6 rad/s for joint 0 of an arm at rest at 0.0 rad: beyond twice its
+    # max_velocity, taken for a driver error, so nothing is extrapolated with it (before, the
+    # plan started at the joint's limit, 1.92 rad away, and the observed state was ~5e4 rad).
+    published = []
+    node._trajectory_pub.publish = published.append
+    submissions = Submissions(node._worker)
+    node.instruction_callback(String(data='pick up the cube'))
+    t = now(node)
+    node.joint_state_callback(moving_joint_state(t - 0.05, velocity=1e6))
+    node.control_timer_callback()
+    assert published, node._start_refused
+    first = published[0].points[0]
+    assert first.positions[0] == pytest.approx(0.0, abs=1e-9) and first.velocities[0] == 0.0
+    for index, camera in enumerate(CAMERAS):
+        node.image_callback(index, camera, frame(128, t, camera))
+    assert submissions.arrived.wait(TIMEOUT)
+    assert submissions.observations[0].state[0] == 0.0
+
+
 def test_an_estop_outlives_cleanup_and_configure_and_enable_starts_from_the_measured_arm(node):
     published = []
     node.estop_callback(Bool(data=True))       # e.g. not transient local: not heard again

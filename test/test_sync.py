@@ -378,6 +378,14 @@ def test_buffer_rejects_bad_samples_and_ignores_bad_velocities():
     assert len(buffer) == 3
 
 
+def test_buffer_extrapolates_at_most_at_the_velocity_limit():
+    buffer = JointStateBuffer(max_extrapolation=0.0625, max_velocity=[1.0, 1.0])
+    assert buffer.add(1.0, np.array([0.0, 0.0]), velocities=np.array([4.0, -0.5]))
+    np.testing.assert_array_equal(buffer.at(1.0625), [0.0625, -0.03125])
+    np.testing.assert_array_equal(buffer.at(0.9375), [-0.0625, 0.03125])
+    assert buffer.latest()[2].tolist() == [4.0, -0.5]    # stored as measured
+
+
 def test_empty_buffer_and_clear():
     buffer = JointStateBuffer()
     assert buffer.at(0.0) is None and buffer.latest() is None
@@ -388,7 +396,8 @@ def test_empty_buffer_and_clear():
 
 
 @pytest.mark.parametrize('kwargs', [{'capacity': 0}, {'max_gap': -1.0},
-                                    {'max_extrapolation': math.nan}])
+                                    {'max_extrapolation': math.nan},
+                                    {'max_velocity': [1.0, -1.0]}, {'max_velocity': 1.0}])
 def test_buffer_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError):
         JointStateBuffer(**kwargs)
