@@ -199,3 +199,25 @@ def test_first_point_stays_a_lead_ahead_except_where_a_limit_needs_the_nearer_po
     first_steps = np.array(first_steps)
     assert np.mean(first_steps >= FIRST_POINT_LEAD * h) > 0.9
     assert np.any(first_steps < FIRST_POINT_LEAD * h)
+
+
+@pytest.mark.parametrize('tick_phase', [0.005, 0.01, 0.015])
+def test_a_clock_jump_while_braking_onto_a_limit_keeps_every_plan_within_limits(tick_phase):
+    # Ticks off the point grid, a target past the upper limit (so the tracker brakes onto it),
+    # and sim time reset at one of 20 ticks: the brake after the jump must stay on a grid on
+    # which its velocities stop inside the limit (a grid restarted at the jump's tick overshot
+    # and was clipped: up to 1.2x the acceleration limit here).
+    limits = JointLimits([-1.0], [1.0], [1.3], [9.0])
+    for jump_tick in range(40, 60):
+        planner = ChunkPlanner(PlannerConfig(control_period=PERIOD), limits)
+        planner.reset(np.array([0.0]), 100.0)
+        planner.set_enabled(True)
+        planner.add_chunk(Chunk(100.0, PERIOD, np.full((200, 1), 2.0)), 100.0)
+        for tick in range(1, 80):
+            after = tick - jump_tick
+            now = 100.0 + tick * PERIOD + tick_phase if after < 0 else 10.0 + after * PERIOD
+            points = planner.step(now)
+            if after >= 0:
+                assert points.hold_reason == 'clock jumped backwards'
+                check_plan_within(planner, points, limits)
+        assert planner.commanded_velocity[0] == 0.0

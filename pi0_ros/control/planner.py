@@ -50,7 +50,8 @@ Time: `now` is always passed in (ROS clock). If it goes backwards (sim time rese
 moves the executing plan onto the new time base: it takes the commanded state one control period
 after the last step on the old base (where the controller is, as far as the planner can know),
 keeps its position and velocity, drops the chunks and brakes from there at the acceleration limit
-('clock jumped backwards') until a chunk stamped on the new time base arrives. A jump forward past
+('clock jumped backwards'), its points on the old grid's phase, until a chunk stamped on the new
+time base arrives. A jump forward past
 the published plan finds the arm stopped at the plan's last point, as the controller leaves it.
 
 Chunks are ordered by their t0 (the observation's stamp): one older than the executing chunk is
@@ -377,9 +378,9 @@ class ChunkPlanner:
         return float(self._plan_times[-1]) if self._plan is not None else -math.inf
 
     def _restart(self, position: np.ndarray, now: float, reason: str,
-                 velocity: np.ndarray | None = None) -> None:
+                 velocity: np.ndarray | None = None, grid_phase: float = 0.0) -> None:
         self._time = now
-        self._grid_origin = now
+        self._grid_origin = now - grid_phase
         self._position = position
         self._velocity = np.zeros_like(position) if velocity is None else velocity
         self._plan = None
@@ -390,9 +391,19 @@ class ChunkPlanner:
         self._hold_reason = reason
 
     def _restart_after_clock_jump(self, now: float) -> None:
-        """Continue the executing plan on a new time base (the clock went back to now)."""
-        self._state_at(self._time + self.config.control_period)
-        self._restart(self._position.copy(), now, REASON_CLOCK, velocity=self._velocity.copy())
+        """
+        Continue the executing plan on a new time base (the clock went back to now).
+
+        The point grid keeps its phase relative to the continued state: braking from a point
+        stops inside the position limits exactly on the grid whose points the plan's velocities
+        were bounded for, and a grid shifted by a fraction of a spacing could overshoot a limit
+        by up to max_acceleration h^2 / 8 (clipped: a segment beyond the acceleration limit).
+        """
+        continued_at = self._time + self.config.control_period
+        self._state_at(continued_at)
+        phase = (continued_at - self._grid_origin) % self.config.point_spacing
+        self._restart(self._position.copy(), now, REASON_CLOCK, velocity=self._velocity.copy(),
+                      grid_phase=phase)
 
     # ---------------------------------------------------------------- chunks
     def add_chunk(self, chunk: Chunk, now: float) -> AddChunkResult:
@@ -514,7 +525,11 @@ class ChunkPlanner:
         tau = now - start_time
         acceleration = (plan.velocities[index] - start_v) / duration
         self._position = start_q + start_v * tau + 0.5 * acceleration * tau * tau
-        self._velocity = start_v + acceleration * tau
+        velocity = start_v + acceleration * tau
+        # Rest is exact: on a segment that ends at rest, a state taken short of its end keeps
+        # a fraction of the start velocity, and tick after tick that decays without reaching 0.
+        velocity[np.abs(velocity) < VELOCITY_EPSILON] = 0.0
+        self._velocity = velocity
 
     def _point_times(self, now: float, lead: bool) -> tuple[np.ndarray, np.ndarray]:
         """
