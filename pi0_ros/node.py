@@ -168,6 +168,8 @@ class Pi0ControlNode(LifecycleNode):
         self._worker.start()
         # In short waits, so that SIGINT/SIGTERM during a long load ends the transition.
         while not self._worker.wait_ready(0.2):
+            if self._worker.wait_ready(0):
+                break  # became ready since the wait ended
             if self._worker.state is not WorkerState.STARTING:
                 reason = self._worker.error or 'the engine did not start'
             elif not self.context.ok():
@@ -260,7 +262,7 @@ class Pi0ControlNode(LifecycleNode):
         self._last_rejection = -float('inf')  # monotonic time of the newest rejected input
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
-                          'inputs_rejected': 0, 'commands_published': 0,
+                          'chunks_discarded': 0, 'inputs_rejected': 0, 'commands_published': 0,
                           'commands_blocked': 0}
         self._rejections = {}
 
@@ -412,6 +414,12 @@ class Pi0ControlNode(LifecycleNode):
             if not self._control_thread.stop():
                 self.get_logger().warning('control thread did not stop within 5 s')
             self._control_thread = None
+        # A tick the executor runs on another thread (executor_threads > 0, no control thread)
+        # ends before the worker and the publishers it uses go.
+        with self._output_lock:
+            self._teardown_worker_and_interfaces(worker_stop_timeout)
+
+    def _teardown_worker_and_interfaces(self, worker_stop_timeout):
         if self._worker is not None:
             if not self._worker.stop(worker_stop_timeout):
                 self._lingering_worker = self._worker
@@ -624,6 +632,8 @@ class Pi0ControlNode(LifecycleNode):
             # way (a clock jump, a new instruction) is checked here, under the node's lock.
             if result.observation.epoch == self._epoch:
                 self._pending_results.append(result)
+            else:
+                self._counters['chunks_discarded'] += 1
 
     # Output (timer, fixed rate) ------------------------------------------------------------
     def control_timer_callback(self):
@@ -637,7 +647,11 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             if not self._active or now <= 0.0:
                 return
-            results = list(self._pending_results)
+            # Only chunks for the current instruction and time base: one may have changed
+            # since a result arrived.
+            results = [result for result in self._pending_results
+                       if result.observation.epoch == self._epoch]
+            self._counters['chunks_discarded'] += len(self._pending_results) - len(results)
             self._pending_results.clear()
             estop, enabled = self._estop_latched, self._enabled
             latest_joint = self._joint_buffer.latest()
@@ -652,6 +666,8 @@ class Pi0ControlNode(LifecycleNode):
             # Not while disabled or e-stopped: the controller may be another commander's (and
             # a braking command would replace its goal); ~/enable restarts from the arm.
             if not enabled or estop or not self._start_plan(now, latest_joint, joint_state_time):
+                with self._lock:
+                    self._counters['chunks_discarded'] += len(results)  # no plan to take them
                 return
         # Mode changes first, so a chunk arriving on the tick that enables the output is kept.
         if estop:
@@ -666,7 +682,7 @@ class Pi0ControlNode(LifecycleNode):
         # keeps it so until ~/enable; a hold published now would be at the planner's last
         # command, not where the arm is.
         idle = ((not enabled or (estop and not self._commanding))
-                and not np.any(self._planner.commanded_velocity))
+                and self._planner.at_rest_from(now))
         self._commanding = not idle
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
@@ -790,6 +806,12 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             counters = dict(self._counters)
             observation_stamp = self._last_observation_stamp
+            estop, enabled = self._estop_latched, self._enabled
+        # A latched e-stop or a disable shows before the planner has taken it (no plan started
+        # yet: the planner still says 'not reset').
+        output_state = (PolicyStatus.OUTPUT_ESTOP if estop
+                        else PolicyStatus.OUTPUT_DISABLED if not enabled
+                        else _OUTPUT_STATES[self._planner.state])
         # list() copies the deque in one step; iterating it in Python while the worker thread
         # appends could raise 'deque mutated during iteration'.
         latencies_ms = [s * 1e3 for s in list(worker.latencies_s)]
@@ -799,7 +821,7 @@ class Pi0ControlNode(LifecycleNode):
         status = PolicyStatus(
             lifecycle_state='active' if self._active else 'inactive',
             engine_state=_ENGINE_STATES[worker.state], engine_detail=worker.error,
-            output_state=_OUTPUT_STATES[self._planner.state],
+            output_state=output_state,
             hold_reason=(self._planner.hold_reason or '') if self._planner_initialized
             or self._start_refused is None else self._start_refused,
             inference_latency_p50_ms=diagnostics.percentile(latencies_ms, 50),
@@ -812,7 +834,8 @@ class Pi0ControlNode(LifecycleNode):
             vision_cache_hits=int(engine_stats.get('vision_cache_hits', 0)),
             language_cache_hits=int(engine_stats.get('language_cache_hits', 0)),
             chunks_produced=counters['chunks_produced'],
-            chunks_discarded=worker.counters['discarded'] + counters['chunks_rejected'],
+            chunks_discarded=(worker.counters['discarded'] + counters['chunks_discarded']
+                              + counters['chunks_rejected']),
             observations_synced=counters['observations_synced'],
             observations_dropped=counters['observations_dropped'] + worker.counters['dropped'],
             actions_skipped=counters['actions_skipped'],
@@ -829,7 +852,8 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             rejections = dict(self._rejections)
             skews = list(self._skews)
-            blocked = self._counters['commands_blocked']
+            counters = dict(self._counters)
+        blocked = counters['commands_blocked']
         # The newest rejection, the node's own (messages) or the engine's (observations).
         age = time.monotonic() - max(self._last_rejection, worker.last_input_rejection)
         recent = age <= INPUT_WARN_S
@@ -850,6 +874,8 @@ class Pi0ControlNode(LifecycleNode):
                  'inferences': worker.counters['inferences'],
                  'failures': worker.counters['failures'],
                  'chunks discarded (old instruction)': worker.counters['discarded'],
+                 'chunks discarded by the node (old instruction, not commanding)':
+                     counters['chunks_discarded'],
                  'vision cache hits': status.vision_cache_hits,
                  'frames encoded ahead': worker.counters['frames_encoded_ahead'],
                  'frames encoded ahead, failed': worker.counters['encode_ahead_failures'],

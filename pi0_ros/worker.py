@@ -296,6 +296,7 @@ class InferenceWorker:
                                      f'{self._max_failures} retries used): {self.error}')
             return None
         self.consecutive_failures = 0
+        self.error = ''  # recovered: no stale error next to a working engine
         self.counters['inferences'] += 1
         self.latencies_s.append(result.latency_s)
         return result

@@ -8,6 +8,7 @@ arrives late, an epoch that changes between a match and its observation. The nod
 thread and its engine are the real ones; only the message transport is left out.
 """
 import threading
+import time
 from types import SimpleNamespace
 
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -21,10 +22,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 
+from pi0_ros.control import PlannerState
 from pi0_ros.conversions import rgb_to_image, seconds_to_stamp, stamp_to_seconds
+from pi0_ros.msg import PolicyStatus
 import pi0_ros.node
 from pi0_ros.node import Pi0ControlNode
 from pi0_ros.parameters import SO101_JOINTS
+from pi0_ros.worker import ChunkResult, InferenceWorker, Observation
 
 pytestmark = pytest.mark.integration
 
@@ -398,3 +402,139 @@ def test_enable_after_the_inference_thread_crashed_says_it_cannot_resume(node, m
     node._worker.state = pi0_ros.node.WorkerState.FAILED
     response = node.enable_callback(SetBool.Request(data=True), SetBool.Response())
     assert 'clean up and configure again' in response.message
+
+
+def chunk_result(node, stamp, target=0.5):
+    """Return a result as the worker delivers it, for the node's current epoch."""
+    observation = Observation(stamp=stamp, stamp_ns=int(stamp * 1e9), frames=(), frame_keys=(),
+                              state=np.zeros(len(SO101_JOINTS)), instruction='pick up the cube',
+                              epoch=node._epoch)
+    actions = np.zeros((50, len(SO101_JOINTS)))
+    actions[:, 0] = target
+    return ChunkResult(observation, actions, {}, 0, 0.01)
+
+
+def fresh_tick(node):
+    """Run one control tick with fresh joint states and an observation just matched."""
+    t = now(node)
+    node.joint_state_callback(joint_state(t))
+    with node._lock:
+        node._last_observation_stamp = t
+    node.control_timer_callback()
+
+
+def capture(node):
+    trajectories, chunks = [], []
+    node._trajectory_pub.publish = trajectories.append
+    node._chunk_pub.publish = chunks.append
+    return trajectories, chunks
+
+
+def test_a_chunk_for_the_previous_instruction_is_discarded_at_the_next_tick(node):
+    # The result arrived for the current instruction; the instruction changed before the
+    # control tick took it: it must not be followed, and it is counted.
+    trajectories, chunks = capture(node)
+    node.instruction_callback(String(data='pick up the cube'))
+    fresh_tick(node)                                        # plan started, holding at rest
+    node._on_chunk_result(chunk_result(node, now(node)))
+    node.instruction_callback(String(data='put it down'))
+    fresh_tick(node)
+    assert chunks == [] and node._planner.state is not PlannerState.FOLLOWING
+    assert all(not any(point.velocities) for point in trajectories[-1].points)
+    assert node._build_status(now(node), node._worker).chunks_discarded == 1
+
+
+def test_results_the_node_cannot_use_while_not_commanding_are_counted_as_discarded(node):
+    capture(node)
+    node.enable_callback(SetBool.Request(data=False), SetBool.Response())  # no plan started
+    for _ in range(3):
+        node._on_chunk_result(chunk_result(node, now(node)))
+        fresh_tick(node)
+    stale = chunk_result(node, now(node))
+    node.instruction_callback(String(data='put it down'))
+    node._on_chunk_result(stale)                            # arrives after the change
+    status = node._build_status(now(node), node._worker)
+    assert status.chunks_produced == 0 and status.chunks_discarded == 4
+
+
+def test_disabling_just_after_a_plan_from_rest_brakes_it_to_rest(node):
+    # The plan published on the tick before the disable starts at rest and accelerates: the
+    # commanded state at that tick was at rest, the motion is not; it must be braked.
+    trajectories, _ = capture(node)
+    node.instruction_callback(String(data='pick up the cube'))
+    fresh_tick(node)
+    node._on_chunk_result(chunk_result(node, now(node), target=1.0))
+    fresh_tick(node)
+    assert max(point.velocities[0] for point in trajectories[-1].points) > 0.1
+    published = len(trajectories)
+    node.enable_callback(SetBool.Request(data=False), SetBool.Response())
+    for _ in range(30):
+        fresh_tick(node)
+        time.sleep(0.02)
+    braking = trajectories[published:]
+    assert braking, 'no braking trajectory after the disable'
+    assert all(not any(point.velocities) for point in braking[-1].points[-1:])
+    assert not node._commanding                             # at rest, then handed over
+    count = len(trajectories)
+    fresh_tick(node)
+    assert len(trajectories) == count
+
+
+def test_status_shows_an_estop_or_a_disable_before_any_plan_started(node):
+    node.estop_callback(Bool(data=True))                    # no joint state yet: no plan
+    assert node._build_status(now(node), node._worker).output_state == \
+        PolicyStatus.OUTPUT_ESTOP
+    node.enable_callback(SetBool.Request(data=True), SetBool.Response())
+    node.enable_callback(SetBool.Request(data=False), SetBool.Response())
+    assert node._build_status(now(node), node._worker).output_state == \
+        PolicyStatus.OUTPUT_DISABLED
+
+
+def test_a_shutdown_waits_for_a_tick_running_on_another_executor_thread(node):
+    # With the timer on a multi-threaded executor (no control thread), a lifecycle transition
+    # may run while a tick does: the worker and publishers the tick uses must outlive it.
+    node._trajectory_pub.publish = lambda msg: None
+    node.joint_state_callback(joint_state(now(node)))
+    node.control_timer_callback()                           # plan started
+    in_tick = threading.Event()
+    set_enabled = node._planner.set_enabled
+
+    def slow_set_enabled(enabled):                          # widens the window inside a tick
+        in_tick.set()
+        time.sleep(0.3)
+        set_enabled(enabled)
+
+    node._planner.set_enabled = slow_set_enabled
+    errors = []
+
+    def tick():
+        try:
+            node.control_timer_callback()
+        except Exception as error:  # noqa: B902 - what the executor would re-raise
+            errors.append(repr(error))
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    assert in_tick.wait(TIMEOUT)
+    node.trigger_shutdown()
+    thread.join(TIMEOUT)
+    assert errors == []
+
+
+def test_configure_succeeds_when_the_engine_becomes_ready_just_after_a_wait_ends(
+        make_node, monkeypatch):
+    # The configuring thread is preempted between a wait that timed out and its look at the
+    # worker's state, and the engine becomes ready meanwhile: that is a success, not a failure.
+    build = pi0_ros.node.build_engine
+    monkeypatch.setattr(pi0_ros.node, 'build_engine',
+                        lambda settings: (time.sleep(0.25), build(settings))[1])
+    wait_ready = InferenceWorker.wait_ready
+
+    def preempted_after_the_wait(worker, timeout):
+        ready = wait_ready(worker, timeout)
+        worker._ready.wait(TIMEOUT)                 # the engine thread finishes meanwhile
+        return ready
+
+    monkeypatch.setattr(InferenceWorker, 'wait_ready', preempted_after_the_wait)
+    node = make_node()
+    assert node._worker is not None and node._active

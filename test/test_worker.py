@@ -181,6 +181,22 @@ def test_bounded_retries_then_failed_state_until_recover():
     collector.wait()
     assert collector.results[-1].observation.stamp == 9.0
     assert worker.consecutive_failures == 0
+    assert worker.error == ''    # no stale error reported next to a working engine
+    worker.stop(TIMEOUT)
+
+
+def test_an_inference_after_a_failure_clears_the_reported_error():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector, max_consecutive_failures=3)
+    engine.fail_next = 1
+    worker.submit(observation(stamp=1.0))
+    engine.gate.release()
+    assert wait_for(lambda: worker.counters['failures'] == 1)
+    assert 'out of memory' in worker.error and worker.state is not WorkerState.FAILED
+    worker.submit(observation(stamp=2.0))
+    engine.gate.release()
+    collector.wait()
+    assert worker.error == '' and worker.consecutive_failures == 0
     worker.stop(TIMEOUT)
 
 

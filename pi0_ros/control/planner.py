@@ -372,6 +372,23 @@ class ChunkPlanner:
         return np.clip(velocity, -np.minimum(speed, np.maximum(down, 0.0)),
                        np.minimum(speed, np.maximum(up, 0.0)))
 
+    def at_rest_from(self, now: float) -> bool:
+        """
+        Tell whether the commanded motion is at rest from now on.
+
+        That is, the published plan's segment under now and every point after it have zero
+        velocity: a plan just started from rest moves by its first point, although the state at
+        the step that made it was at rest.
+        """
+        plan = self._plan
+        if plan is None:
+            return not np.any(self._velocity)
+        index = int(np.searchsorted(self._plan_times, float(now), side='right'))
+        if index >= len(self._plan_times):
+            return True                                   # a plan ends at rest (JTC rule)
+        start = self._plan_start_velocity if index == 0 else plan.velocities[index - 1]
+        return not (np.any(start) or np.any(plan.velocities[index:]))
+
     @property
     def plan_end_time(self) -> float:
         """Return the time of the published plan's last point (-inf before the first plan)."""
