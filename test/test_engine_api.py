@@ -85,6 +85,9 @@ def test_action_unnormalization_uses_stats():
     (lambda f, s, i: ([f[0], np.zeros((8, 1920, 3), np.uint8)], s, i), 'too thin'),
     (lambda f, s, i: (f, s.astype(str), i), 'state is not numeric'),
     (lambda f, s, i: (f, s > 0, i), 'state is not numeric'),
+    # torch tensors of bools and complex numbers were converted (the imaginary part dropped).
+    (lambda f, s, i: (f, torch.tensor(s) > 0, i), 'state is not numeric'),
+    (lambda f, s, i: (f, torch.tensor(s, dtype=torch.complex64), i), 'state is not numeric'),
     (lambda f, s, i: (f, s, 'pick \ud800 up'), 'not valid text'),
 ])
 def test_bad_input_raises_input_error(shared_engine, mutate, message):
@@ -116,6 +119,12 @@ def test_bad_noise_and_frame_keys_raise(shared_engine):
         shared_engine.infer(frames, state, 'grasp', frame_keys=('a',))
     with pytest.raises(InputError, match='hashable'):
         shared_engine.infer(frames, state, 'grasp', frame_keys=(['a'], 'b'))
+    # A dict or set of the right size passed the check, then failed inside the engine.
+    for keys in ({'a': 1, 'b': 2}, {'a', 'b'}):
+        with pytest.raises(InputError, match='frame_keys'):
+            shared_engine.infer(frames, state, 'grasp', frame_keys=keys)
+    with pytest.raises(InputError, match='noise is not numeric'):
+        shared_engine.infer(frames, state, 'grasp', noise=torch.zeros(noise.shape, dtype=bool))
 
 
 def test_vision_cache_reuses_features_and_matches_uncached():
@@ -383,6 +392,14 @@ def test_options_are_validated():
         EngineOptions(device='tpu')
     with pytest.raises(ValueError, match='max_batch'):
         EngineOptions(max_batch=0)
+    # Accepted before, then a raw TypeError or RuntimeError when the engine was built.
+    for bad in ({'max_batch': 2.0}, {'max_batch': True}, {'max_frame_height': 100.5},
+                {'max_frame_width': 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            EngineOptions(**bad)
+    with pytest.raises(ValueError, match='device'):
+        EngineOptions(device='cuda:x')
+    assert EngineOptions(device='cuda:1').device == 'cuda:1'
     for buckets in ((1, 2), (2, 1, 4), (0, 4), (1, 1, 4), (1.5, 4)):
         with pytest.raises(ValueError, match='batch_buckets'):
             EngineOptions(max_batch=4, batch_buckets=buckets)

@@ -92,7 +92,13 @@ def edit_json(path, edit):
     (lambda c: c.update(type='pi05'), "expected 'pi0'"),
     (lambda c: c['input_features'].pop('observation.state'), 'observation.state'),
     (lambda c: c['output_features']['action'].update(shape=[40]), 'exceed'),
-    (lambda c: c.update(chunk_size='fifty'), 'chunk_size must be a number'),
+    (lambda c: c.update(chunk_size='fifty'), 'chunk_size must be a finite whole number'),
+    (lambda c: c.update(chunk_size=float('nan')), 'chunk_size must be a finite whole number'),
+    (lambda c: c.update(chunk_size=float('inf')), 'chunk_size must be a finite whole number'),
+    (lambda c: c.update(chunk_size=2.7), 'chunk_size must be a finite whole number'),
+    (lambda c: c.update(min_period=float('nan')), 'min_period must be a finite number'),
+    (lambda c: c.update(image_resolution=['a', 'a']), 'image_resolution must be a finite whole'),
+    (lambda c: c.update(image_resolution=[None, None]), 'image_resolution must be a finite whole'),
     (lambda c: c.update(paligemma_variant='gemma_7b'), 'unknown gemma variant'),
 ])
 def test_bad_config_values(copy, edit, message):
@@ -113,13 +119,41 @@ def test_time_embedding_periods_are_checked_at_load(copy, edit, message):
         Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
 
 
+def normalizer_step(data):
+    return next(step for step in data['steps']
+                if step.get('registry_name') in ('normalizer_processor', 'unnormalizer_processor'))
+
+
+@pytest.mark.parametrize('pipeline', ['policy_preprocessor.json', 'policy_postprocessor.json'])
 @pytest.mark.parametrize('edit', [
-    lambda data: data['steps'][0]['config'].update(norm_map=['ACTION', 'MEAN_STD']),
-    lambda data: data['steps'][0].update(config=['x']),
-], ids=['norm_map-list', 'config-list'])
-def test_malformed_normalization_step_is_a_checkpoint_error(copy, edit):
-    edit_json(copy / 'policy_postprocessor.json', edit)
+    lambda data: normalizer_step(data)['config'].update(norm_map=['ACTION', 'MEAN_STD']),
+    lambda data: normalizer_step(data).update(config=['x']),
+    # Read as "no normalization", these loaded and returned normalized actions (or fed the
+    # model an unnormalized state); LeRobot cannot build the step from them.
+    lambda data: normalizer_step(data)['config'].pop('norm_map'),
+    lambda data: normalizer_step(data).update(config=None),
+    lambda data: normalizer_step(data).pop('config'),
+], ids=['norm_map-list', 'config-list', 'norm_map-missing', 'config-null', 'config-missing'])
+def test_malformed_normalization_step_is_a_checkpoint_error(copy, edit, pipeline):
+    edit_json(copy / pipeline, edit)
     with pytest.raises(CheckpointError, match='"norm_map" object'):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+def test_image_normalization_other_than_identity_is_refused(copy):
+    # pi0 takes the images as they are; mean/std image statistics would be silently ignored.
+    edit_json(copy / 'policy_preprocessor.json',
+              lambda data: normalizer_step(data)['config']['norm_map'].update(VISUAL='MEAN_STD'))
+    with pytest.raises(CheckpointError, match="VISUAL normalization 'MEAN_STD' is not supported"):
+        Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
+
+
+@pytest.mark.parametrize('eps', [float('nan'), float('inf'), True, -1.0, 'small'])
+def test_a_bad_normalization_eps_is_refused(copy, eps):
+    # A NaN eps loaded, and every call then failed as a non-finite output (an engine failure).
+    edit_json(copy / 'policy_preprocessor.json',
+              lambda data: normalizer_step(data)['config'].update(eps=eps))
+    with pytest.raises(CheckpointError, match='eps must be a finite number >= 0'):
         Pi0Engine.from_pretrained(copy, options=CPU, dims=DIMS)
 
 

@@ -130,11 +130,15 @@ class EngineOptions:
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):
             raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
                              f'got {self.precision!r}')
-        if not (self.device in ('auto', 'cpu', 'cuda') or self.device.startswith('cuda:')):
+        if not (self.device in ('auto', 'cpu', 'cuda')
+                or (isinstance(self.device, str) and self.device.startswith('cuda:')
+                    and self.device[5:].isdigit())):
             raise ValueError("device must be 'auto', 'cpu', 'cuda' or 'cuda:N', "
                              f'got {self.device!r}')
-        if self.max_batch < 1:
-            raise ValueError(f'max_batch must be >= 1, got {self.max_batch}')
+        for name in ('max_batch', 'max_frame_height', 'max_frame_width'):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
         buckets = tuple(self.batch_buckets)
         if buckets and (any(isinstance(b, bool) or not isinstance(b, int) or b < 1
                             for b in buckets)
@@ -153,8 +157,6 @@ class EngineOptions:
                        or list(layers) != sorted(set(layers))):
             raise ValueError('prefix_fp8_layers must be increasing layer indices (>= 0) and '
                              f'needs prefix_fp8, got {self.prefix_fp8_layers!r}')
-        if self.max_frame_height < 1 or self.max_frame_width < 1:
-            raise ValueError('max_frame_height and max_frame_width must be >= 1')
 
 
 def parse_layer_ranges(text: str) -> tuple:

@@ -1,6 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
+from collections.abc import Mapping, Set as AbstractSet
 import contextlib
 import itertools
 import operator
@@ -142,6 +143,8 @@ def _index(name: str, value, count: int) -> int:
 def _as_float32(where: str, name: str, value) -> np.ndarray:
     """Return a numeric array or tensor as float32 numpy, or raise InputError."""
     if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.is_complex():
+            raise InputError(f'{where}{name} is not numeric: dtype {value.dtype}')
         value = value.detach().to('cpu', torch.float32).numpy()
     try:
         array = np.asarray(value)
@@ -618,10 +621,11 @@ class Pi0Engine:
         except UnicodeEncodeError as error:
             raise InputError(f'{where}instruction is not valid text: {error}') from error
         if frame_keys is not None:
-            if isinstance(frame_keys, (str, bytes)) or not hasattr(frame_keys, '__len__') \
-                    or len(frame_keys) != self.num_cameras:
+            if isinstance(frame_keys, (str, bytes, Mapping, AbstractSet)) \
+                    or not hasattr(frame_keys, '__len__') or len(frame_keys) != self.num_cameras:
                 raise InputError(f'{where}frame_keys must be None or a sequence of '
                                  f'{self.num_cameras} keys')
+            frame_keys = list(frame_keys)
             for key in frame_keys:
                 self._check_frame_key(where, key)
         if noise is not None:

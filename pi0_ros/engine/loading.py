@@ -3,6 +3,7 @@
 """Reading LeRobot pi0 checkpoint directories (config, weights, normalization stats)."""
 from dataclasses import dataclass, replace
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +86,22 @@ def _feature_size(config_path: Path, features: dict, key: str) -> int:
                               f'found {feature!r}') from error
 
 
+def _config_number(config_path: Path, key: str, value, kind: type):
+    """Return a finite number of config.json as kind (int: a whole number), or raise."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or (kind is int and value != int(value))):
+        raise CheckpointError(f'{config_path}: {key} must be a finite '
+                              f"{'whole ' if kind is int else ''}number, found {value!r}")
+    return kind(value)
+
+
 def dims_from_config(config_path: Path, config: dict, dims: ModelDims | None) -> ModelDims:
-    """Derive ModelDims from config.json (variants, chunk, max dims, steps); dims wins."""
+    """
+    Derive ModelDims from config.json (variants, chunk, max dims, steps, image size).
+
+    dims, where given, replaces the variants' widths and depths (a smaller model for tests);
+    config.json's chunk size, max dims, steps, periods and image size apply to it either way.
+    """
     if config.get('type') not in (None, 'pi0'):
         raise CheckpointError(f"{config_path}: type is {config.get('type')!r}, expected 'pi0' "
                               '(pi0.5 and pi0-FAST are different models)')
@@ -108,16 +123,14 @@ def dims_from_config(config_path: Path, config: dict, dims: ModelDims | None) ->
                       ('tokenizer_max_length', 'tokenizer_max_length'),
                       ('min_period', 'min_period'), ('max_period', 'max_period')):
         if key in config:
-            value = config[key]
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise CheckpointError(f'{config_path}: {key} must be a number, found {value!r}')
-            overrides[name] = type(getattr(dims, name))(value)
+            overrides[name] = _config_number(config_path, key, config[key],
+                                             type(getattr(dims, name)))
     resolution = config.get('image_resolution', [dims.image_size, dims.image_size])
     if (not isinstance(resolution, list) or len(resolution) != 2
             or resolution[0] != resolution[1]):
         raise CheckpointError(f'{config_path}: image_resolution must be [n, n], '
                               f'found {resolution!r}')
-    overrides['image_size'] = int(resolution[0])
+    overrides['image_size'] = _config_number(config_path, 'image_resolution', resolution[0], int)
     if config.get('empty_cameras', 0):
         raise CheckpointError(f'{config_path}: empty_cameras > 0 is not supported')
     if config.get('use_relative_actions', False):
@@ -128,9 +141,8 @@ def dims_from_config(config_path: Path, config: dict, dims: ModelDims | None) ->
         raise CheckpointError(f'{config_path}: inconsistent dimensions: {error}') from error
 
 
-def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: str,
-                feature_type: str, size: int) -> NormStats:
-    """MEAN_STD stats of one feature from a processor pipeline json + its safetensors file."""
+def _normalizer_step(directory: Path, pipeline_file: str, step_name: str) -> tuple:
+    """Return (path, step, its config, its norm_map) of a processor pipeline's step."""
     path = directory / pipeline_file
     pipeline = _read_json(path)
     steps = pipeline.get('steps')
@@ -141,12 +153,27 @@ def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: st
     if step is None:
         raise CheckpointError(f'{path}: no {step_name!r} step (expected the normalization step '
                               'that LeRobot saves with the policy)')
-    step_config = step.get('config') or {}
+    step_config = step.get('config')
     norm_map = step_config.get('norm_map') if isinstance(step_config, dict) else None
-    if not isinstance(step_config, dict) or not isinstance(norm_map or {}, dict):
+    if not isinstance(norm_map, dict):
+        # LeRobot cannot build the step without one; as "no normalization" the actions would
+        # reach the arm normalized (about +-2) as joint positions.
         raise CheckpointError(f'{path}: step {step_name!r} must have a "config" object with a '
                               f'"norm_map" object, found {step_config!r}')
-    mode = (norm_map or {}).get(feature_type, 'IDENTITY')
+    return path, step, step_config, norm_map
+
+
+def _visual_normalization(directory: Path) -> str:
+    """Return the preprocessor's VISUAL normalization mode (IDENTITY where not listed)."""
+    _, _, _, norm_map = _normalizer_step(directory, PREPROCESSOR_FILE, 'normalizer_processor')
+    return norm_map.get('VISUAL', 'IDENTITY')
+
+
+def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: str,
+                feature_type: str, size: int) -> NormStats:
+    """MEAN_STD stats of one feature from a processor pipeline json + its safetensors file."""
+    path, step, step_config, norm_map = _normalizer_step(directory, pipeline_file, step_name)
+    mode = norm_map.get(feature_type, 'IDENTITY')
     if mode == 'IDENTITY':
         return NormStats.identity(size)
     if mode != 'MEAN_STD':
@@ -182,8 +209,8 @@ def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: st
             raise CheckpointError(f'{stats_path}: {key!r} holds non-finite values')
         values.append(array)
     eps = step_config.get('eps', 1e-8)
-    if not isinstance(eps, (int, float)):
-        raise CheckpointError(f'{path}: eps must be a number, found {eps!r}')
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+        raise CheckpointError(f'{path}: eps must be a finite number >= 0, found {eps!r}')
     return NormStats(values[0], values[1], float(eps))
 
 
@@ -206,6 +233,10 @@ def read_checkpoint_info(directory: Path, dims: ModelDims | None) -> CheckpointI
         raise CheckpointError(f'{config_path}: state/action dims {state_dim}/{action_dim} exceed '
                               f'max_state_dim/max_action_dim {model_dims.max_state_dim}/'
                               f'{model_dims.max_action_dim}')
+    visual = _visual_normalization(directory)
+    if visual != 'IDENTITY':
+        raise CheckpointError(f'{directory / PREPROCESSOR_FILE}: VISUAL normalization {visual!r} '
+                              'is not supported (pi0 takes images as they are: IDENTITY)')
     state_stats = _norm_stats(directory, PREPROCESSOR_FILE, 'normalizer_processor', STATE_KEY,
                               'STATE', state_dim)
     action_stats = _norm_stats(directory, POSTPROCESSOR_FILE, 'unnormalizer_processor',
