@@ -64,6 +64,7 @@ class Recorder:
         self.statuses = []
         self.frames = {}
         self.non_finite_commands = 0
+        self.invalid_commands = 0  # not a JointTrajectory for these joints (ragged, names)
         node.create_subscription(JointTrajectory, 'arm_controller/joint_trajectory',
                                  self.trajectory_callback, 10)
         node.create_subscription(JointState, 'joint_states', self.joint_state_callback,
@@ -91,10 +92,15 @@ class Recorder:
         self.command_times.append(now)
         if not msg.points:
             return
-        index = [list(msg.joint_names).index(n) for n in self.joint_names]
-        positions = np.array([p.positions for p in msg.points], dtype=np.float64)[:, index]
-        velocities = np.array([p.velocities if len(p.velocities) else [0.0] * len(msg.joint_names)
-                               for p in msg.points], dtype=np.float64)[:, index]
+        try:
+            index = [list(msg.joint_names).index(n) for n in self.joint_names]
+            positions = np.array([p.positions for p in msg.points], dtype=np.float64)[:, index]
+            velocities = np.array([p.velocities if len(p.velocities)
+                                   else [0.0] * len(msg.joint_names) for p in msg.points],
+                                  dtype=np.float64)[:, index]
+        except (ValueError, IndexError):  # a joint missing, ragged or short points
+            self.invalid_commands += 1
+            return
         if not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
             self.non_finite_commands += 1
         self.command_points.append((now, positions, velocities))
@@ -167,10 +173,11 @@ def summarize(recorder, limits, control_rate, window):
     measured = [(t, q) for t, q in recorder.measured if start <= t <= end]
     lower, upper = np.asarray(limits.position_lower), np.asarray(limits.position_upper)
     max_velocity = np.asarray(limits.max_velocity)
-    # Every point of every command: positions inside the limits, speeds within them.
+    # Every point of every command of the whole run (start-up too: the first chunk's hand-over
+    # and the holds before it): positions inside the limits, speeds within them.
     out_of_limits = sum(int(np.any(q < lower - 1e-9) or np.any(q > upper + 1e-9)
                             or np.any(np.abs(v) > max_velocity * (1 + 1e-6)))
-                        for t, q, v in recorder.command_points if start <= t <= end)
+                        for t, q, v in recorder.command_points)
     tracking = []
     if commands and measured:
         measured_times = np.array([t for t, _ in measured])
@@ -209,6 +216,7 @@ def summarize(recorder, limits, control_rate, window):
         'measured_motion_range_rad': motion,
         'commands_out_of_limits': out_of_limits,
         'non_finite_commands': recorder.non_finite_commands,
+        'invalid_commands': recorder.invalid_commands,
         'node_output_rate_hz': None if last is None else last.control_rate_hz,
         'final_status': None if last is None else {
             'chunks_produced': last.chunks_produced, 'actions_skipped': last.actions_skipped,
@@ -324,6 +332,7 @@ def main(argv=None):
     node.create_publisher(String, 'instruction', latched).publish(String(data=args.instruction))
     failures = []
     window = (time.monotonic(), time.monotonic())
+    begin = None
     progress = ProgressPrinter()
     try:
         started = time.monotonic()
@@ -351,6 +360,8 @@ def main(argv=None):
         progress.finish()
     except KeyboardInterrupt:
         failures.append('interrupted')
+        if begin is not None:
+            window = (begin, time.monotonic())  # the report covers what was recorded
     finally:
         exit_codes = {p.name: p.stop() for p in reversed(processes)}
         node.destroy_node()
@@ -369,7 +380,8 @@ def main(argv=None):
         failures.append('no trajectory commands were received')
     elif abs(node_rate - args.control_rate) / args.control_rate > 0.05:
         failures.append(f'output rate {node_rate:.1f} Hz (measured by the node) is off target')
-    if summary['commands_out_of_limits'] or summary['non_finite_commands']:
+    if (summary['commands_out_of_limits'] or summary['non_finite_commands']
+            or summary['invalid_commands']):
         failures.append('unsafe commands were published')
     summary['failures'] = failures
     (output / 'summary.json').write_text(json.dumps(summary, indent=2))

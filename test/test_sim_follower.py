@@ -164,3 +164,26 @@ def test_nonzero_end_velocity_accepted_when_allowed():
     f = follower(allow_nonzero_velocity_at_trajectory_end=True)
     f.set_trajectory(command([1.0], [[1.0, 1.0]], velocities=[[0.5, 0.0]]), now=0.0)
     assert sample(f, 1.0) == ([1.0, 1.0], [0.0, 0.0])  # holds the last point after the end
+
+
+def test_a_point_at_a_future_start_changes_nothing_before_it():
+    # The executing plan goes on until the new one's stamp; its first point, at the stamp, is
+    # a step there (a point 1 ns later gives the same motion before the stamp).
+    for first in (0.0, 1e-9):
+        f = follower()
+        f.set_trajectory(command([4.0], [[4.0, 0.0]]), now=0.0)          # 1 rad/s
+        f.set_trajectory(command([first, first + 1.0], [[0.0, 0.0], [0.0, 0.0]], stamp=2.0),
+                         now=1.0)
+        for t in (1.5, 1.999):
+            position, velocity = f.sample(t)
+            np.testing.assert_allclose(position, [t, 0.0], rtol=0, atol=1e-9)
+            np.testing.assert_allclose(velocity, [1.0, 0.0], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(f.sample(2.0 + first)[0], [0.0, 0.0], atol=1e-9)
+
+
+def test_a_held_end_with_nonzero_velocity_stays_held_until_a_future_start():
+    f = follower(allow_nonzero_velocity_at_trajectory_end=True)
+    f.set_trajectory(command([1.0], [[1.0, 0.0]], velocities=[[1.0, 0.0]]), now=0.0)
+    f.set_trajectory(command([1.0], [[0.0, 0.0]], velocities=[[0.0, 0.0]], stamp=3.0), now=0.5)
+    for t in (1.0, 1.5, 2.0, 2.5, 3.0):
+        assert f.sample(t)[0][0] == 1.0, t                              # no overshoot

@@ -32,7 +32,9 @@ class TrajectoryCommand:
     stamp: float  # start time in seconds; 0.0 means "start when received"
     time_from_start: Sequence[float]
     positions: Sequence[Sequence[float]]
-    velocities: Sequence[Sequence[float]] = ()  # per point: empty or one value per joint
+    # One value per joint on every point, or empty on every point (a mix is rejected here,
+    # where joint_trajectory_controller accepts it; this package's node always sends them).
+    velocities: Sequence[Sequence[float]] = ()
     accelerations: Sequence[Sequence[float]] = ()
 
 
@@ -96,15 +98,25 @@ class TrajectoryFollower:
             knot_times.append(splice)
             knot_positions.append(position_splice)
             knot_velocities.append(velocity_splice)
-            # The truncated segment keeps the interpolation of the one it was cut from.
-            ending = min(int(np.searchsorted(self._times, splice)), len(self._times) - 1)
-            knot_cubic.append(bool(self._cubic[ending]))
+            # The truncated segment keeps the interpolation of the one it was cut from; after
+            # the executing plan's end its last position is held (whatever its end velocity).
+            ending = int(np.searchsorted(self._times, splice))
+            knot_cubic.append(ending < len(self._times) and bool(self._cubic[ending]))
         if at_splice.size:
-            # A point exactly at the splice is commanded from then on (a step, as in JTC).
+            # A point exactly at the splice is commanded from then on (a step, as in JTC). At
+            # a future splice it is a second knot at the same time, so the executing plan is
+            # unchanged until then (sample() takes the later of two knots at one time).
             index = int(at_splice[0])
-            knot_positions[-1] = positions[index]
-            knot_velocities[-1] = (velocities[index] if velocities is not None
-                                   else np.zeros(len(self.joint_names)))
+            point_velocity = (velocities[index] if velocities is not None
+                              else np.zeros(len(self.joint_names)))
+            if splice > now:
+                knot_times.append(splice)
+                knot_positions.append(positions[index])
+                knot_velocities.append(point_velocity)
+                knot_cubic.append(False)  # a zero-length segment, never interpolated
+            else:
+                knot_positions[-1] = positions[index]
+                knot_velocities[-1] = point_velocity
         cubic = velocities is not None
         for index in np.flatnonzero(later):
             knot_times.append(float(absolute[index]))
