@@ -6,8 +6,8 @@ Simulated SO-101 (MuJoCo) driven by the pi0_ros control node.
 Usage: ros2 launch pi0_ros sim.launch.py checkpoint:=/path/to/pi0 device:=cuda
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.substitutions import EnvironmentVariable, LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
@@ -65,6 +65,14 @@ def generate_launch_description():
                                           f'({UNSET_HELP}).'),
     ]
 
+    # Both ends of the camera topics are launched here, so the package's Fast DDS profile (a
+    # shared-memory segment for camera-sized frames; with the default transports most frames
+    # are lost on one host) applies to both, unless the variable already names a profile.
+    fastdds_profile = SetEnvironmentVariable(
+        'FASTRTPS_DEFAULT_PROFILES_FILE',
+        EnvironmentVariable('FASTRTPS_DEFAULT_PROFILES_FILE', default_value=PathJoinSubstitution(
+            [FindPackageShare('pi0_ros'), 'config', 'fastdds_large_images.xml'])))
+
     simulator = Node(
         package='pi0_ros',
         executable='sim_node',
@@ -81,4 +89,5 @@ def generate_launch_description():
         arguments=['--ros-args', '--log-level', log_level],
     )
 
-    return LaunchDescription(arguments + [simulator, OpaqueFunction(function=control_node)])
+    return LaunchDescription(arguments + [fastdds_profile, simulator,
+                                          OpaqueFunction(function=control_node)])

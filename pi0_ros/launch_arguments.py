@@ -7,6 +7,8 @@ A launch argument such as `checkpoint:=...` overrides the node's parameter only 
 given: launch_ros passes a parameter dict after the params file, so a default value there
 would silently replace what the user's params file says (a checkpoint among them).
 """
+import os
+
 from pi0_ros.parameters import validate_value
 
 # Launch arguments that set a node parameter when given (empty: the params file's value).
@@ -32,5 +34,8 @@ def parameter_overrides(given: dict) -> dict:
             overrides[name] = text.lower() == 'true'
         else:
             validate_value(name, text)  # a clear error at launch, naming the argument
-            overrides[name] = text
+            # launch_ros writes the dict to a YAML file unquoted: a relative checkpoint named
+            # y, n, 1e5 or nan would arrive as a bool or a number. Absolute, it stays a string
+            # (the node resolves a relative path against the same working directory).
+            overrides[name] = os.path.abspath(text) if name == 'checkpoint' else text
     return overrides

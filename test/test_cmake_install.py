@@ -31,8 +31,15 @@ def run(command, log, **kwargs):
     return result.stdout
 
 
-@pytest.fixture(scope='module')
-def installed_prefix(tmp_path_factory):
+@pytest.fixture(scope='module', params=['copy', 'symlink'])
+def installed_prefix(tmp_path_factory, request):
+    """
+    Build and install as colcon does, plainly or with --symlink-install.
+
+    The source tree also holds what the pip route generates there (scripts/setup_env.sh: msg/
+    and bytecode); the install must use its own generated msg/, and still import once `make
+    clean` has removed the pip route's copy (under --symlink-install, ament linked it in).
+    """
     if shutil.which('cmake') is None:
         pytest.skip('cmake is not installed')
     if not (VENV / 'share' / 'rosidl_default_generators').is_dir():
@@ -49,13 +56,23 @@ def installed_prefix(tmp_path_factory):
     for name in filter(None, tracked):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, source / name)
+    pip_route = [source / 'pi0_ros' / 'msg' / '__init__.py',
+                 source / 'pi0_ros' / 'msg' / '_pip_route_only.py',
+                 source / 'pi0_ros' / '__pycache__' / 'node.cpython-312.pyc']
+    for path in pip_route:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('PIP_ROUTE = True\n')
+    symlink = ['-DAMENT_CMAKE_SYMLINK_INSTALL=1'] if request.param == 'symlink' else []
     env = dict(os.environ, AMENT_PREFIX_PATH=str(VENV), CMAKE_PREFIX_PATH=str(VENV),
                PATH=f'{VENV / "bin"}{os.pathsep}{os.environ["PATH"]}')
-    run(['cmake', '-S', str(source), '-B', str(build), '-DBUILD_TESTING=OFF',
+    run(['cmake', '-S', str(source), '-B', str(build), '-DBUILD_TESTING=OFF', *symlink,
          f'-DCMAKE_INSTALL_PREFIX={prefix}', f'-DPython3_EXECUTABLE={sys.executable}',
          f'-DPYTHON_EXECUTABLE={sys.executable}'], log, env=env)
     run(['cmake', '--build', str(build), '-j', str(os.cpu_count() or 2)], log, env=env)
-    run(['cmake', '--install', str(build)], log, env=env)
+    # (cwd: ament's symlink install writes its manifest into the working directory)
+    run(['cmake', '--install', str(build)], log, env=env, cwd=work)
+    shutil.rmtree(source / 'pi0_ros' / 'msg')             # what `make clean` removes
+    shutil.rmtree(source / 'pi0_ros' / '__pycache__')
     return prefix
 
 
@@ -69,6 +86,10 @@ def test_the_install_has_the_package_its_messages_and_its_ros_files(installed_pr
     assert (package / '__init__.py').read_text() == (ROOT / 'pi0_ros' / '__init__.py').read_text()
     for module in ('node.py', 'engine/engine.py', 'control/planner.py', 'msg/__init__.py'):
         assert (package / module).is_file(), module
+    # The generated messages, not the pip route's copies from the source tree.
+    assert 'PIP_ROUTE' not in (package / 'msg' / '__init__.py').read_text()
+    assert not (package / 'msg' / '_pip_route_only.py').exists()
+    assert not (package / '__pycache__' / 'node.cpython-312.pyc').exists()
     for executable in ('control_node', 'sim_node', 'bench'):
         assert os.access(installed_prefix / 'lib' / 'pi0_ros' / executable, os.X_OK)
     share = installed_prefix / 'share' / 'pi0_ros'

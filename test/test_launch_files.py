@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Launch files (launch_ros is not installable here): syntax, arguments and their defaults."""
 import ast
+import os
 from pathlib import Path
 import runpy
 import sys
@@ -71,6 +72,11 @@ def test_parameter_overrides_take_only_the_arguments_given():
         'use_sim_time': False, 'precision': 'bf16'}
     with pytest.raises(ValueError, match="use_sim_time:='yes'"):
         parameter_overrides({'use_sim_time': 'yes'})
+    # launch_ros writes the dict as unquoted YAML: a relative checkpoint named y or 1e5 would
+    # reach the node as a bool or a number; absolute, it stays a path string.
+    for relative in ('y', '1e5', 'models/pi0'):
+        path = parameter_overrides({'checkpoint': relative})['checkpoint']
+        assert path == os.path.abspath(relative) and os.path.isabs(path)
     with pytest.raises(ParameterError, match='device'):
         parameter_overrides({'device': 'gpu'})
 
@@ -101,10 +107,12 @@ def launch_stand_ins(monkeypatch):
     import types
     names = {'launch': ['LaunchDescription'],
              'launch.actions': ['DeclareLaunchArgument', 'IncludeLaunchDescription',
-                                'OpaqueFunction', 'RegisterEventHandler'],
+                                'OpaqueFunction', 'RegisterEventHandler',
+                                'SetEnvironmentVariable'],
              'launch.event_handlers': ['OnProcessExit'],
              'launch.launch_description_sources': ['PythonLaunchDescriptionSource'],
-             'launch.substitutions': ['Command', 'PathJoinSubstitution'],
+             'launch.substitutions': ['Command', 'EnvironmentVariable',
+                                      'PathJoinSubstitution'],
              'launch_ros': [], 'launch_ros.actions': ['LifecycleNode', 'Node'],
              'launch_ros.parameter_descriptions': ['ParameterValue'],
              'launch_ros.substitutions': ['FindPackageShare']}
@@ -132,3 +140,20 @@ def test_the_control_node_gets_only_the_launch_arguments_given(launch_stand_ins,
     given = dict(unset, checkpoint='/models/pi0', device='cuda:0', use_sim_time='true')
     overrides = found[function](given)[0].kwargs['parameters'][1]
     assert overrides == {'checkpoint': '/models/pi0', 'device': 'cuda:0', 'use_sim_time': True}
+
+
+def test_the_sim_launch_gives_both_nodes_the_camera_fast_dds_profile(launch_stand_ins):
+    # The simulator's cameras and the node that subscribes them are both launched there:
+    # without the shared-memory profile most 640x480 frames are lost on one host.
+    found = runpy.run_path(str(LAUNCH_DIR / 'sim.launch.py'))
+    entities = found['generate_launch_description']().args[0]
+    kinds = [type(entity).__name__ for entity in entities]
+    setting = entities[kinds.index('SetEnvironmentVariable')]
+    assert kinds.index('SetEnvironmentVariable') < kinds.index('Node')
+    name, value = setting.args
+    assert name == 'FASTRTPS_DEFAULT_PROFILES_FILE'
+    assert value.args == ('FASTRTPS_DEFAULT_PROFILES_FILE',)     # a profile set outside wins
+    share, folder, profile = value.kwargs['default_value'].args[0]
+    assert share.args == ('pi0_ros',) and (folder, profile) == ('config',
+                                                                'fastdds_large_images.xml')
+    assert (LAUNCH_DIR.parent / folder / profile).is_file()
