@@ -21,6 +21,8 @@ class RateMeter:
         self._stamps = deque(maxlen=window)
 
     def tick(self, now):
+        if self._stamps and now <= self._stamps[-1]:
+            self._stamps.clear()  # the clock went back (sim reset): a new time base
         self._stamps.append(now)
 
     def reset(self):
@@ -61,12 +63,17 @@ class GpuTelemetry:
         """Return (memory_used_bytes, memory_total_bytes, utilization_percent)."""
         if self._handle is None:
             return 0, 0, 0.0
+        # Separately: NVML has no utilization for a MIG instance, whose memory it does report.
         try:
             memory = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-            utilization = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
-            return int(memory.used), int(memory.total), float(utilization.gpu)
+            used, total = int(memory.used), int(memory.total)
         except Exception:  # noqa: B902 - a transient NVML error is reported as unknown
-            return 0, 0, 0.0
+            used, total = 0, 0
+        try:
+            utilization = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+        except Exception:  # noqa: B902 - unsupported (MIG) or transient: unknown
+            utilization = 0.0
+        return used, total, utilization
 
 
 def diagnostic_status(name, level, message, values, hardware_id='pi0_ros'):

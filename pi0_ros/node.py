@@ -154,7 +154,12 @@ class Pi0ControlNode(LifecycleNode):
         self._lingering_worker = None
         self._settings = settings
         self._reset_runtime_state()
-        self._create_interfaces(settings)
+        try:
+            self._create_interfaces(settings)
+        except Exception as error:  # noqa: B902 - e.g. rclpy refusing a name: say which
+            self.get_logger().error(f'configure failed: {type(error).__name__}: {error}')
+            self._teardown()
+            return TransitionCallbackReturn.FAILURE
         self.get_logger().info(
             'loading the engine: ' + (f"checkpoint '{settings.checkpoint}'" if settings.checkpoint
                                       else f'built-in random {settings.random_model} model')
@@ -687,8 +692,8 @@ class Pi0ControlNode(LifecycleNode):
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
-            self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
-            self._publish_points(points)
+            if self._publish_points(points):
+                self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
         # The chunks' reports go out after the command, so that they never delay it.
         for result, chunk in chunks:
             if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
@@ -783,11 +788,12 @@ class Pi0ControlNode(LifecycleNode):
                 self._counters['commands_blocked'] += 1
             self.get_logger().error(f'trajectory not published: {"; ".join(problems)}',
                                     throttle_duration_sec=LOG_THROTTLE_S)
-            return
+            return False
         self._trajectory_pub.publish(build_joint_trajectory(
             self._settings.joint_names, points, self._settings.stamp_trajectories))
         with self._lock:
             self._counters['commands_published'] += 1
+        return True
 
     # Status and diagnostics ----------------------------------------------------------------
     def status_timer_callback(self):
@@ -826,7 +832,7 @@ class Pi0ControlNode(LifecycleNode):
             or self._start_refused is None else self._start_refused,
             inference_latency_p50_ms=diagnostics.percentile(latencies_ms, 50),
             inference_latency_p99_ms=diagnostics.percentile(latencies_ms, 99),
-            observation_age_s=(now - observation_stamp) if observation_stamp else -1.0,
+            observation_age_s=(-1.0 if observation_stamp is None else now - observation_stamp),
             control_rate_hz=rate, control_rate_target_hz=settings.control_rate,
             control_rate_error=(rate - settings.control_rate) / settings.control_rate,
             gpu_memory_used_bytes=memory_used, gpu_memory_total_bytes=memory_total,

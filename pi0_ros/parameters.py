@@ -75,8 +75,8 @@ SPECS = {
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
-    'camera_topics': Spec([''], "Image topic per camera; '' = camera/<name>/image_raw (with "
-                                '/compressed for the compressed transport)'),
+    'camera_topics': Spec([''], "Image topic per camera, distinct; '' = camera/<name>/image_raw "
+                                '(with /compressed for the compressed transport)'),
     'camera_transports': Spec(['raw'], "Per camera: 'raw' (sensor_msgs/Image) or 'compressed' "
                                        '(sensor_msgs/CompressedImage); one entry applies to all'),
     'camera_reliability': Spec('best_effort', 'Camera subscription reliability: best_effort '
@@ -232,6 +232,37 @@ def _per_camera(name, values, count, fill):
     return values
 
 
+def _camera_topics(topics, cameras, transports):
+    """
+    Return one valid, distinct topic per camera: [] or [''] -> all defaults, '' -> the default.
+
+    Unlike the transports, one topic is not repeated for every camera: each view would then
+    get the same frames.
+    """
+    from rclpy.exceptions import InvalidTopicNameException
+    from rclpy.validate_topic_name import validate_topic_name
+
+    topics = list(topics)
+    if topics in ([], ['']):
+        topics = [''] * len(cameras)
+    if len(topics) != len(cameras):
+        raise ParameterError('camera_topics', topics,
+                             f'needs one entry per camera ({len(cameras)}), or none')
+    resolved = []
+    for camera, transport, topic in zip(cameras, transports, topics):
+        name = 'camera_topics' if topic else 'camera_names'  # the default is built from it
+        topic = topic or (f'camera/{camera}/image_raw'
+                          + ('/compressed' if transport == 'compressed' else ''))
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicNameException as error:
+            raise ParameterError(name, topic, f'is not a valid ROS topic: {error}') from None
+        resolved.append(topic)
+    if len(set(resolved)) != len(resolved):
+        raise ParameterError('camera_topics', resolved, 'needs a distinct topic per camera')
+    return resolved
+
+
 def validate_value(name, value):
     """Check one value alone (used for live changes); raise ParameterError."""
     spec = SPECS[name]
@@ -276,10 +307,7 @@ def settings_from_values(values):
     for transport in transports:
         _choice('camera_transports', transport, TRANSPORTS)
     values['camera_transports'] = transports
-    values['camera_topics'] = _per_camera(
-        'camera_topics', values['camera_topics'], len(cameras),
-        lambda i: f'camera/{cameras[i]}/image_raw'
-                  + ('/compressed' if transports[i] == 'compressed' else ''))
+    values['camera_topics'] = _camera_topics(values['camera_topics'], cameras, transports)
     joints = list(values['joint_names'])
     if not joints or any(not j for j in joints) or len(set(joints)) != len(joints):
         raise ParameterError('joint_names', joints, 'needs unique, non-empty joint names')

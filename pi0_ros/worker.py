@@ -144,7 +144,7 @@ class InferenceWorker:
             # Older only: a newer observation may reach the worker before its epoch does.
             if self._slot is not None and self._slot.epoch < epoch:
                 self._slot = None
-                self.counters['discarded'] += 1
+                self.counters['dropped'] += 1  # an observation never inferred, not a chunk
 
     def recover(self):
         """Leave the FAILED state (after the cause was dealt with) if the engine exists."""

@@ -538,3 +538,41 @@ def test_configure_succeeds_when_the_engine_becomes_ready_just_after_a_wait_ends
     monkeypatch.setattr(InferenceWorker, 'wait_ready', preempted_after_the_wait)
     node = make_node()
     assert node._worker is not None and node._active
+
+
+def test_a_blocked_command_does_not_count_toward_the_output_rate(node, monkeypatch):
+    trajectories, _ = capture(node)
+    monkeypatch.setattr(pi0_ros.node, 'validate_trajectory', lambda *args: ['injected'])
+    for _ in range(5):
+        fresh_tick(node)
+    status = node._build_status(now(node), node._worker)
+    assert trajectories == [] and node._counters['commands_blocked'] == 5
+    assert status.control_rate_hz == 0.0
+
+
+def test_an_observation_stamped_zero_has_an_age(node):
+    # Under sim time the first frames may carry stamp 0.0: that is an observation, not none
+    # (-1, the value before any observation).
+    assert node._build_status(now(node), node._worker).observation_age_s == -1.0
+    with node._lock:
+        node._last_observation_stamp = 0.0
+    t = now(node)
+    assert node._build_status(t, node._worker).observation_age_s == t
+
+
+def test_a_configure_whose_interfaces_cannot_be_made_fails_with_the_reason(node, monkeypatch):
+    # rclpy's lifecycle turned such an exception into ERROR without logging it.
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    logged = []
+    logger = node.get_logger()
+    monkeypatch.setattr(type(logger), 'error', lambda self, message, **kwargs:
+                        logged.append(message))
+
+    def refuse(settings):
+        raise ValueError('topic name must not contain a space')
+
+    monkeypatch.setattr(node, '_create_interfaces', refuse)
+    assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+    assert any('topic name must not contain a space' in message for message in logged)
+    assert node._worker is None

@@ -80,3 +80,17 @@ def test_cpu_and_missing_nvml_have_no_telemetry(monkeypatch):
     assert nvml.device_handle(None) is None
     monkeypatch.setitem(sys.modules, 'pynvml', None)  # import pynvml raises ImportError
     assert nvml.device_handle(torch.device('cuda')) is None
+
+
+def test_a_mig_instance_reports_its_memory_without_utilization(monkeypatch):
+    # NVML gives no utilization for a MIG instance; the memory it gives must not be lost.
+    module = fake_pynvml({'MIG-' + UUIDS[0]: 3 << 30})
+
+    def unsupported(handle):
+        raise RuntimeError('NVML_ERROR_NOT_SUPPORTED')
+
+    module.nvmlDeviceGetUtilizationRates = unsupported
+    monkeypatch.setitem(sys.modules, 'pynvml', module)
+    monkeypatch.setattr(torch.cuda, 'get_device_properties',
+                        lambda index: types.SimpleNamespace(uuid='MIG-' + UUIDS[0]))
+    assert GpuTelemetry(torch.device('cuda')).read() == (3 << 30, 141 << 30, 0.0)

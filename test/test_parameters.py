@@ -63,6 +63,13 @@ def test_default_limits_are_the_simulated_arms():
     ('device', 'gpu0', 'device'),
     ('camera_transports', ['raw', 'h264', 'raw'], 'camera_transports'),
     ('camera_topics', ['a', 'b'], 'camera_topics'),
+    # One topic for three cameras gave every view the same frames; topics must differ.
+    ('camera_topics', ['cameras/front/image_raw'], 'camera_topics'),
+    ('camera_topics', ['a', 'a', 'b'], 'camera_topics'),
+    ('camera_topics', ['a', 'side/img', 'bad topic'], 'camera_topics'),
+    # A default topic built from a name that is no valid ROS name failed at configure,
+    # without a reason.
+    ('camera_names', ['cam-1', 'cam-2', 'cam-3'], 'camera_names'),
     ('camera_names', ['front', 'front', 'wrist'], 'camera_names'),
     ('joint_names', ['a', 'a'], 'joint_names'),
     ('position_lower', [0.0] * 5, 'position_lower'),
@@ -81,6 +88,11 @@ def test_bad_values_name_the_parameter(name, value, fragment):
         settings_from_values(defaults(**{name: value}))
     assert f"'{fragment}'" in str(error.value)
     assert error.value.name == fragment
+
+
+def test_an_empty_camera_topic_among_given_ones_is_that_cameras_default():
+    settings = settings_from_values(defaults(camera_topics=['', 'side/img', 'wrist/img']))
+    assert settings.camera_topics == ['camera/front/image_raw', 'side/img', 'wrist/img']
 
 
 def test_random_model_picks_the_size_of_the_random_engine(monkeypatch):

@@ -132,6 +132,19 @@ def test_results_for_an_old_epoch_are_discarded():
     worker.stop(TIMEOUT)
 
 
+def test_a_waiting_observation_of_an_old_epoch_is_dropped_not_a_discarded_chunk():
+    engine, collector = ScriptedEngine(), Collector()
+    worker = started_worker(engine, collector)
+    worker.submit(observation(epoch=1, stamp=1.0))
+    assert wait_for(lambda: len(engine.calls) == 1)    # running
+    worker.submit(observation(epoch=1, stamp=2.0))     # waiting
+    worker.set_epoch(2)                                # drops the waiting one
+    engine.gate.release()
+    assert wait_for(lambda: worker.counters['discarded'] == 1)   # the running one's chunk
+    assert worker.counters['dropped'] == 1 and len(engine.calls) == 1
+    worker.stop(TIMEOUT)
+
+
 def test_an_older_epoch_reported_late_does_not_roll_the_epoch_back():
     # Two callbacks (instruction, clock jump) on different executor threads bump the node's
     # epoch to 2 and 3 and report them in the other order.
