@@ -689,16 +689,18 @@ class Pi0ControlNode(LifecycleNode):
         idle = ((not enabled or (estop and not self._commanding))
                 and self._planner.at_rest_from(now))
         self._commanding = not idle
+        published = False
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
-            if self._publish_points(points):
+            published = self._publish_points(points)
+            if published:
                 self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
         # The chunks' reports go out after the command, so that they never delay it.
         for result, chunk in chunks:
             if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
                 self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
-        return not idle
+        return published
 
     def _start_plan(self, now, latest_joint, joint_state_time):
         """Start the plan from the measured joints; False (publish nothing) where it cannot."""

@@ -542,12 +542,16 @@ def test_configure_succeeds_when_the_engine_becomes_ready_just_after_a_wait_ends
 
 def test_a_blocked_command_does_not_count_toward_the_output_rate(node, monkeypatch):
     trajectories, _ = capture(node)
+    for _ in range(3):
+        fresh_tick(node)
+        time.sleep(0.01)
+    assert node._build_status(now(node), node._worker).control_rate_hz > 0.0
     monkeypatch.setattr(pi0_ros.node, 'validate_trajectory', lambda *args: ['injected'])
     for _ in range(5):
         fresh_tick(node)
     status = node._build_status(now(node), node._worker)
-    assert trajectories == [] and node._counters['commands_blocked'] == 5
-    assert status.control_rate_hz == 0.0
+    assert len(trajectories) == 3 and node._counters['commands_blocked'] == 5
+    assert status.control_rate_hz == 0.0         # nothing published: no rate, not a stale one
 
 
 def test_an_observation_stamped_zero_has_an_age(node):
