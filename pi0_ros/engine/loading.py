@@ -163,16 +163,11 @@ def _normalizer_step(directory: Path, pipeline_file: str, step_name: str) -> tup
     return path, step, step_config, norm_map
 
 
-def _visual_normalization(directory: Path) -> str:
-    """Return the preprocessor's VISUAL normalization mode (IDENTITY where not listed)."""
-    _, _, _, norm_map = _normalizer_step(directory, PREPROCESSOR_FILE, 'normalizer_processor')
-    return norm_map.get('VISUAL', 'IDENTITY')
-
-
-def _norm_stats(directory: Path, pipeline_file: str, step_name: str, feature: str,
-                feature_type: str, size: int) -> NormStats:
-    """MEAN_STD stats of one feature from a processor pipeline json + its safetensors file."""
-    path, step, step_config, norm_map = _normalizer_step(directory, pipeline_file, step_name)
+def _norm_stats(directory: Path, normalizer: tuple, feature: str, feature_type: str,
+                size: int) -> NormStats:
+    """MEAN_STD stats of one feature from a _normalizer_step() + its safetensors file."""
+    path, step, step_config, norm_map = normalizer
+    step_name = step.get('registry_name')
     mode = norm_map.get(feature_type, 'IDENTITY')
     if mode == 'IDENTITY':
         return NormStats.identity(size)
@@ -233,14 +228,14 @@ def read_checkpoint_info(directory: Path, dims: ModelDims | None) -> CheckpointI
         raise CheckpointError(f'{config_path}: state/action dims {state_dim}/{action_dim} exceed '
                               f'max_state_dim/max_action_dim {model_dims.max_state_dim}/'
                               f'{model_dims.max_action_dim}')
-    visual = _visual_normalization(directory)
+    normalizer = _normalizer_step(directory, PREPROCESSOR_FILE, 'normalizer_processor')
+    visual = normalizer[3].get('VISUAL', 'IDENTITY')
     if visual != 'IDENTITY':
-        raise CheckpointError(f'{directory / PREPROCESSOR_FILE}: VISUAL normalization {visual!r} '
-                              'is not supported (pi0 takes images as they are: IDENTITY)')
-    state_stats = _norm_stats(directory, PREPROCESSOR_FILE, 'normalizer_processor', STATE_KEY,
-                              'STATE', state_dim)
-    action_stats = _norm_stats(directory, POSTPROCESSOR_FILE, 'unnormalizer_processor',
-                               ACTION_KEY, 'ACTION', action_dim)
+        raise CheckpointError(f'{normalizer[0]}: VISUAL normalization {visual!r} is not '
+                              'supported (pi0 takes images as they are: IDENTITY)')
+    state_stats = _norm_stats(directory, normalizer, STATE_KEY, 'STATE', state_dim)
+    unnormalizer = _normalizer_step(directory, POSTPROCESSOR_FILE, 'unnormalizer_processor')
+    action_stats = _norm_stats(directory, unnormalizer, ACTION_KEY, 'ACTION', action_dim)
     return CheckpointInfo(model_dims, state_dim, action_dim, cameras, state_stats, action_stats)
 
 
