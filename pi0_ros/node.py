@@ -24,8 +24,6 @@ from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data, QoSProfile,
-                       ReliabilityPolicy)
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
@@ -41,14 +39,12 @@ from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_sh
                                ThreadBoundCallbackGroup)
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
+from pi0_ros.qos import (AnyPublisherSubscription, COMMAND_QOS, REPORT_QOS, sensor_qos,
+                         warn_incompatible_publishers)
 from pi0_ros.sync import ApproximateTimeSync, JointStateBuffer
 from pi0_ros.worker import InferenceWorker, Observation, WorkerState
 
 NODE_NAME = 'pi0_ros'
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                     durability=DurabilityPolicy.TRANSIENT_LOCAL, history=HistoryPolicy.KEEP_LAST)
-COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-REPORT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 LOG_THROTTLE_S = 2.0
 # The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
 # stay in its values).
@@ -300,10 +296,8 @@ class Pi0ControlNode(LifecycleNode):
         output = ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
 
-        def sensor_qos(reliability):
-            if reliability == 'reliable':
-                return QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
-            return qos_profile_sensor_data
+        def warn(topic):
+            return warn_incompatible_publishers(self.get_logger(), topic, LOG_THROTTLE_S)
 
         camera_qos = sensor_qos(settings.camera_reliability)
         for index, (name, topic, transport) in enumerate(zip(
@@ -312,15 +306,20 @@ class Pi0ControlNode(LifecycleNode):
             self._entities.append(self.create_subscription(
                 msg_type, topic,
                 lambda msg, i=index, n=name: self.image_callback(i, n, msg),
-                camera_qos, callback_group=MutuallyExclusiveCallbackGroup()))
+                camera_qos, callback_group=MutuallyExclusiveCallbackGroup(),
+                event_callbacks=warn(topic)))
+        # The e-stop and the instruction are heard from any publisher: a latched one (also when
+        # it published before this node started) and a default-QoS one alike.
         self._entities += [
             self.create_subscription(JointState, 'joint_states', self.joint_state_callback,
                                      sensor_qos(settings.joint_state_reliability),
-                                     callback_group=joint_group),
-            self.create_subscription(String, 'instruction', self.instruction_callback, LATCHED,
-                                     callback_group=commands_group),
-            self.create_subscription(Bool, '~/estop', self.estop_callback, LATCHED,
-                                     callback_group=commands_group),
+                                     callback_group=joint_group,
+                                     event_callbacks=warn('joint_states')),
+            *AnyPublisherSubscription(self, String, 'instruction', self.instruction_callback,
+                                      commands_group, incompatible=warn('instruction'),
+                                      best_effort=False).subscriptions,
+            *AnyPublisherSubscription(self, Bool, '~/estop', self.estop_callback,
+                                      commands_group, incompatible=warn('~/estop')).subscriptions,
             self.create_service(SetBool, '~/enable', self.enable_callback,
                                 callback_group=reports),
         ]

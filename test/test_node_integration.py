@@ -8,6 +8,7 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 import numpy as np
 import pytest
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
@@ -155,7 +156,11 @@ def test_new_instruction_discards_old_epoch_chunks(harness):
     ros = harness.ros
     assert ros.spin_until(lambda: len(harness.chunks) >= 2, 20.0, harness.process)
     old_epoch = harness.chunks[-1][1].instruction_epoch
-    harness.feeder.say('put the cube in the bowl')
+    # From a default-QoS (volatile) publisher, not the feeder's latched one.
+    instruction = ros.node.create_publisher(String, 'instruction', 10)
+    assert ros.spin_until(lambda: instruction.get_subscription_count() > 0, 10.0,
+                          harness.process), 'the instruction publisher matched no subscription'
+    instruction.publish(String(data='put the cube in the bowl'))
     assert ros.spin_until(lambda: harness.chunks[-1][1].instruction_epoch == old_epoch + 1,
                           20.0, harness.process)
     first_new = next(i for i, (_, c) in enumerate(harness.chunks)
@@ -164,15 +169,30 @@ def test_new_instruction_discards_old_epoch_chunks(harness):
     assert all(c.instruction_epoch == old_epoch + 1 for _, c in harness.chunks[first_new:])
 
 
-def test_estop_latches_hold_until_enabled(harness, ros_node):
+def test_an_estop_from_any_kind_of_publisher_latches_the_hold_until_enabled(harness, ros_node):
+    # A default-QoS publisher (reliable, volatile: rclpy/rclcpp code, rqt, safety bridges), a
+    # best-effort one and a latched one are all heard.
     ros = harness.ros
-    harness.latch_estop()
     client = ros_node.node.create_client(SetBool, 'pi0_ros/enable')
     assert client.wait_for_service(timeout_sec=5.0)
-    future = client.call_async(SetBool.Request(data=True))
-    assert ros.spin_until(future.done, 5.0, harness.process)
-    assert future.result().success
-    harness.wait_following(timeout=10.0)
+    for name, qos in (('volatile', 10), ('best effort', qos_profile_sensor_data),
+                      ('transient local', LATCHED)):
+        estop = ros.node.create_publisher(Bool, 'pi0_ros/estop', qos)
+        assert ros.spin_until(lambda: estop.get_subscription_count() > 0, 10.0,
+                              harness.process), f'{name} e-stop publisher matched no subscription'
+        estop.publish(Bool(data=True))
+        # A best-effort publisher repeats itself (a message may go before the reader matched).
+        repeat = (ros.node.create_timer(0.05, lambda: estop.publish(Bool(data=True)))
+                  if name == 'best effort' else None)
+        assert ros.spin_until(lambda: harness.latest_status().output_state
+                              == PolicyStatus.OUTPUT_ESTOP, 5.0, harness.process), name
+        if repeat is not None:
+            ros.node.destroy_timer(repeat)
+        future = client.call_async(SetBool.Request(data=True))
+        assert ros.spin_until(future.done, 5.0, harness.process)
+        assert future.result().success
+        harness.wait_following(timeout=10.0)
+        ros.node.destroy_publisher(estop)
 
 
 def test_bad_inputs_are_rejected_counted_and_survived(start_process, ros_node):
