@@ -272,7 +272,7 @@ class Pi0ControlNode(LifecycleNode):
         self._limits = JointLimits(np.array(settings.position_lower),
                                    np.array(settings.position_upper),
                                    np.array(settings.max_velocity),
-                                   np.array(settings.max_acceleration))
+                                   np.array(settings.max_acceleration), names=joints)
         period = 1.0 / settings.control_rate
         self._planner = ChunkPlanner(
             PlannerConfig(control_period=period, points_per_message=settings.points_per_message,

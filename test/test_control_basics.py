@@ -36,6 +36,7 @@ def test_limits_allow_infinite_position_bounds_for_continuous_joints():
     (([0.0, 0.0], [1.0], [1.0], [1.0]), 'differ in length'),
     (([], [], [], []), 'non-empty'),
     (([math.nan], [1.0], [1.0], [1.0]), 'NaN'),
+    (([0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], ['only_one']), '1 joint names for 2'),
 ])
 def test_limits_reject_bad_values(arguments, message):
     with pytest.raises(ValueError, match=message):

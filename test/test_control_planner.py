@@ -96,6 +96,11 @@ def test_a_position_far_outside_the_limits_is_refused_not_jumped_from():
     planner = ChunkPlanner(PlannerConfig(), make_limits())
     with pytest.raises(OutsideLimits, match=r'joint 0 at 1\.5000 \(limits -1\.0000 \.\. 1'):
         planner.reset(np.array([1.5, 0.0]), 0.0)
+    # Named joints are named.
+    named = JointLimits([-1.0, -2.0], [1.0, 2.0], [1.0, 1.0], [5.0, 5.0],
+                        names=['shoulder_pan', 'elbow_flex'])
+    with pytest.raises(OutsideLimits, match=r'^[^,]*: elbow_flex at -2\.5000 \(limits -2'):
+        ChunkPlanner(PlannerConfig(), named).reset(np.array([0.0, -2.5]), 0.0)
     planner.set_enabled(True)
     assert planner.state is PlannerState.DISABLED and len(planner.step(0.0)) == 0
     # An earlier start stays as it was: the refused position does not replace it.

@@ -301,9 +301,12 @@ def test_an_arm_outside_its_limits_is_not_commanded_until_it_is_back_inside(
     assert ros.spin_until(lambda: harness.statuses and 'outside the position limits'
                           in harness.latest_status().hold_reason, 90.0, harness.process), \
         harness.process.output()[-3000:]
+    # The joint is named, as in joint_states.
+    assert f'{SO101_JOINTS[-1]} at ' in harness.latest_status().hold_reason
     ros.spin_for(0.5)
     assert harness.trajectories == [], 'commanded an arm outside its limits'
     assert 'not commanding: measured position outside' in harness.process.output()
+    assert f'{SO101_JOINTS[-1]} at ' in harness.process.output()
     harness.feeder.positions = np.zeros(len(SO101_JOINTS))   # moved back inside by hand
     harness.wait_following(timeout=10.0)
     first = np.array(harness.trajectories[0][1].points[0].positions)

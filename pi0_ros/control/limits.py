@@ -17,10 +17,11 @@ class JointLimits:
     Position, velocity and acceleration limits of J joints (radians or metres, seconds).
 
     Position limits may be infinite (continuous joints); velocity and acceleration limits must be
-    finite and positive.
+    finite and positive. `names` (optional) name the joints in messages.
     """
 
-    def __init__(self, position_lower, position_upper, max_velocity, max_acceleration):
+    def __init__(self, position_lower, position_upper, max_velocity, max_acceleration,
+                 names=None):
         self.position_lower = _as_vector('position_lower', position_lower)
         self.position_upper = _as_vector('position_upper', position_upper)
         self.max_velocity = _as_vector('max_velocity', max_velocity)
@@ -38,6 +39,12 @@ class JointLimits:
             value = getattr(self, name)
             if not (np.isfinite(value).all() and (value > 0).all()):
                 raise ValueError(f'{name} must be finite and positive, got {value}')
+        if names is None:
+            names = [f'joint {j}' for j in range(self.position_lower.size)]
+        self.names = tuple(str(name) for name in names)
+        if len(self.names) != self.position_lower.size:
+            raise ValueError(f'{len(self.names)} joint names for {self.position_lower.size} '
+                             'joints')
 
     @property
     def num_joints(self) -> int:

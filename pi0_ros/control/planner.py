@@ -348,7 +348,7 @@ class ChunkPlanner:
         if outside.size:
             limits = self.limits
             raise OutsideLimits('measured position outside the position limits: ' + ', '.join(
-                f'joint {j} at {position[j]:.4f} '
+                f'{limits.names[j]} at {position[j]:.4f} '
                 f'(limits {limits.position_lower[j]:.4f} .. {limits.position_upper[j]:.4f})'
                 for j in outside))
         self._is_reset = True
