@@ -5,6 +5,7 @@ import ast
 import os
 from pathlib import Path
 import runpy
+import subprocess
 import sys
 
 import pytest
@@ -157,3 +158,18 @@ def test_the_sim_launch_gives_both_nodes_the_camera_fast_dds_profile(launch_stan
     assert share.args == ('pi0_ros',) and (folder, profile) == ('config',
                                                                 'fastdds_large_images.xml')
     assert (LAUNCH_DIR.parent / folder / profile).is_file()
+
+
+def test_pytest_accepts_the_hooks_of_jazzy_launch_testing(tmp_path):
+    # Jazzy's launch_testing plugin implements pytest_pycollect_makemodule(path, parent) with
+    # the py.path argument that pytest 9 dropped: with it installed, a pytest that refuses the
+    # hook stops every run at start-up (colcon test included).
+    (tmp_path / 'jazzy_hooks.py').write_text(
+        'def pytest_pycollect_makemodule(path, parent):\n    return None\n')
+    (tmp_path / 'test_something.py').write_text('def test_something():\n    pass\n')
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-p', 'jazzy_hooks', '-p', 'no:cacheprovider', '-q',
+         'test_something.py'], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '1 passed' in result.stdout
