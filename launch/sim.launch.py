@@ -4,26 +4,56 @@
 Simulated SO-101 (MuJoCo) driven by the pi0_ros control node.
 
 Usage: ros2 launch pi0_ros sim.launch.py checkpoint:=/path/to/pi0 device:=cuda
+
+The simulated cameras default by where inference runs (the `device` argument; empty: whether
+CUDA is available): 320x240 at 10 Hz on the CPU, as `make demo` runs, 640x480 at 15 Hz on a GPU.
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import EnvironmentVariable, LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
-from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, UNSET_HELP
+from pi0_ros.launch_arguments import (OVERRIDES, parameter_overrides, sim_camera_settings,
+                                      SIM_CAMERAS_CPU, SIM_CAMERAS_GPU, UNSET_HELP)
+
+CAMERA_HELP = {
+    name: f'{SIM_CAMERAS_CPU[name]:g} on the CPU, {SIM_CAMERAS_GPU[name]:g} on a GPU'
+    for name in SIM_CAMERAS_CPU}
+
+
+def simulator(context):
+    """Return the simulator node, its cameras sized for where inference runs."""
+    use_sim_time = LaunchConfiguration('use_sim_time')
+    cameras = sim_camera_settings(
+        LaunchConfiguration('device').perform(context),
+        {name: LaunchConfiguration(name).perform(context) for name in SIM_CAMERAS_CPU})
+    return [Node(
+        package='pi0_ros',
+        executable='sim_node',
+        name='pi0_sim',
+        namespace=LaunchConfiguration('namespace'),
+        output='screen',
+        parameters=[{
+            'use_sim_time': ParameterValue(use_sim_time, value_type=bool),
+            'publish_clock': ParameterValue(use_sim_time, value_type=bool),
+            **cameras,
+        }],
+        arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
+    )]
 
 
 def control_node(context):
-    """Return the control node on the simulator's clock choice, with the arguments given."""
+    """Return the control node (lifecycle) on the simulator's clock choice, with the arguments."""
     given = {name: LaunchConfiguration(name).perform(context) for name in OVERRIDES}
-    return [Node(
+    return [LifecycleNode(
         package='pi0_ros',
         executable='control_node',
         name='pi0_ros',
         namespace=LaunchConfiguration('namespace'),
         output='screen',
+        emulate_tty=True,
         parameters=[LaunchConfiguration('params_file'), parameter_overrides(given)],
         # Cameras subscribe camera/<name>/image_raw by default, as the simulator publishes.
         remappings=[('joint_trajectory', 'arm_controller/joint_trajectory')],
@@ -32,10 +62,6 @@ def control_node(context):
 
 
 def generate_launch_description():
-    namespace = LaunchConfiguration('namespace')
-    use_sim_time = LaunchConfiguration('use_sim_time')
-    log_level = LaunchConfiguration('log_level')
-
     arguments = [
         DeclareLaunchArgument('namespace', default_value='',
                               description='Namespace of the simulator and the control node.'),
@@ -47,12 +73,15 @@ def generate_launch_description():
                               description='Run both nodes on the simulator clock (/clock).'),
         DeclareLaunchArgument('log_level', default_value='info',
                               description='Log level of both nodes (debug, info, warn, error).'),
-        DeclareLaunchArgument('image_width', default_value='640',
-                              description='Simulated camera image width in pixels.'),
-        DeclareLaunchArgument('image_height', default_value='480',
-                              description='Simulated camera image height in pixels.'),
-        DeclareLaunchArgument('camera_rate', default_value='15.0',
-                              description='Simulated camera frames per second.'),
+        DeclareLaunchArgument('image_width', default_value='',
+                              description='Simulated camera image width in pixels (empty: '
+                                          f"{CAMERA_HELP['image_width']})."),
+        DeclareLaunchArgument('image_height', default_value='',
+                              description='Simulated camera image height in pixels (empty: '
+                                          f"{CAMERA_HELP['image_height']})."),
+        DeclareLaunchArgument('camera_rate', default_value='',
+                              description='Simulated camera frames per second (empty: '
+                                          f"{CAMERA_HELP['camera_rate']})."),
         DeclareLaunchArgument('checkpoint', default_value='',
                               description=f'LeRobot pi0 checkpoint directory ({UNSET_HELP}; '
                                           'its default, empty, is the built-in random tiny '
@@ -73,21 +102,5 @@ def generate_launch_description():
         EnvironmentVariable('FASTRTPS_DEFAULT_PROFILES_FILE', default_value=PathJoinSubstitution(
             [FindPackageShare('pi0_ros'), 'config', 'fastdds_large_images.xml'])))
 
-    simulator = Node(
-        package='pi0_ros',
-        executable='sim_node',
-        name='pi0_sim',
-        namespace=namespace,
-        output='screen',
-        parameters=[{
-            'use_sim_time': ParameterValue(use_sim_time, value_type=bool),
-            'publish_clock': ParameterValue(use_sim_time, value_type=bool),
-            'image_width': ParameterValue(LaunchConfiguration('image_width'), value_type=int),
-            'image_height': ParameterValue(LaunchConfiguration('image_height'), value_type=int),
-            'camera_rate': ParameterValue(LaunchConfiguration('camera_rate'), value_type=float),
-        }],
-        arguments=['--ros-args', '--log-level', log_level],
-    )
-
-    return LaunchDescription(arguments + [fastdds_profile, simulator,
+    return LaunchDescription(arguments + [fastdds_profile, OpaqueFunction(function=simulator),
                                           OpaqueFunction(function=control_node)])

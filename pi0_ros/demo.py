@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from pi0_ros.domain import claim_domain_id
+from pi0_ros.launch_arguments import sim_camera_settings
 from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
                                FASTDDS_PROFILE_VARIABLE, Process, ros_args)
 
@@ -34,9 +35,13 @@ def parse_args(argv):
     parser.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N')
     parser.add_argument('--precision', default='auto', help='auto | fp32 | bf16 | fp16')
     parser.add_argument('--instruction', default='pick up the red cube and place it in the bowl')
-    parser.add_argument('--image-width', type=int, default=320)
-    parser.add_argument('--image-height', type=int, default=240)
-    parser.add_argument('--camera-rate', type=float, default=10.0)
+    # Camera defaults by device, as sim.launch.py chooses them (launch_arguments.py).
+    parser.add_argument('--image-width', type=int, default=None,
+                        help='default: 320 on the CPU, 640 on a GPU')
+    parser.add_argument('--image-height', type=int, default=None,
+                        help='default: 240 on the CPU, 480 on a GPU')
+    parser.add_argument('--camera-rate', type=float, default=None,
+                        help='default: 10 on the CPU, 15 on a GPU')
     parser.add_argument('--control-rate', type=float, default=50.0)
     parser.add_argument('--startup-timeout', type=float, default=300.0,
                         help='seconds to wait for the node to follow the policy')
@@ -285,6 +290,13 @@ def write_plots(output, recorder, joint_names, window):
         plt.close(figure)
 
 
+def camera_settings(args):
+    """Return the simulator's image_width, image_height, camera_rate: given, else by device."""
+    given = {name: getattr(args, name) for name in ('image_width', 'image_height', 'camera_rate')}
+    return sim_camera_settings(args.device, {name: '' if value is None else value
+                                             for name, value in given.items()})
+
+
 def main(argv=None):
     """Run the demo; return 0 when everything worked, 1 otherwise."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -310,17 +322,19 @@ def main(argv=None):
     from pi0_ros.sim.scene import joint_limits
 
     limits = joint_limits()
+    cameras = camera_settings(args)
     print(f'pi0_ros demo: simulated SO-101 + control node for {args.duration:.0f} s '
-          f'(ROS_DOMAIN_ID={domain_id}, Fast DDS profile {profile}); report in {output}')
+          f'(ROS_DOMAIN_ID={domain_id}, Fast DDS profile {profile}, cameras '
+          f"{cameras['image_width']}x{cameras['image_height']} at {cameras['camera_rate']:g} Hz);"
+          f' report in {output}')
     if not args.checkpoint:
         print(RANDOM_WEIGHTS_NOTE)
-    sim = Process('sim', [sys.executable, '-m', 'pi0_ros.sim.node'] + ros_args(
-        {'image_width': args.image_width, 'image_height': args.image_height,
-         'camera_rate': args.camera_rate}), env, output)
+    sim = Process('sim', [sys.executable, '-m', 'pi0_ros.sim.node'] + ros_args(cameras),
+                  env, output)
     control = Process('control', [sys.executable, '-m', 'pi0_ros.node'] + ros_args(
         {'checkpoint': args.checkpoint, 'device': args.device, 'precision': args.precision,
-         'control_rate': args.control_rate, 'max_image_width': max(args.image_width, 64),
-         'max_image_height': max(args.image_height, 64)},
+         'control_rate': args.control_rate, 'max_image_width': max(cameras['image_width'], 64),
+         'max_image_height': max(cameras['image_height'], 64)},
         remaps=[('joint_trajectory', 'arm_controller/joint_trajectory')]), env, output)
     processes = [sim, control]
 

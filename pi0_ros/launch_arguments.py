@@ -39,3 +39,34 @@ def parameter_overrides(given: dict) -> dict:
             # (the node resolves a relative path against the same working directory).
             overrides[name] = os.path.abspath(text) if name == 'checkpoint' else text
     return overrides
+
+
+# The simulated cameras by where inference runs. On a CPU (2 cores measured, README
+# "Simulation") 640x480 at 15 Hz left the node holding most of the time: rendering and sending
+# the frames took the cores that inference needs. A GPU node takes them at full size.
+SIM_CAMERAS_CPU = {'image_width': 320, 'image_height': 240, 'camera_rate': 10.0}
+SIM_CAMERAS_GPU = {'image_width': 640, 'image_height': 480, 'camera_rate': 15.0}
+
+
+def runs_on_gpu(device: str) -> bool:
+    """Return whether the node's `device` (auto, cpu, cuda, cuda:N; empty = auto) is a GPU."""
+    device = device.strip() or 'auto'
+    if device != 'auto':
+        return device.startswith('cuda')
+    import torch
+    return torch.cuda.is_available()
+
+
+def sim_camera_settings(device: str, given: dict) -> dict:
+    """Return the simulator's image_width, image_height, camera_rate: given ones, else by device."""
+    defaults = SIM_CAMERAS_GPU if runs_on_gpu(device) else SIM_CAMERAS_CPU
+    settings = {}
+    for name, default in defaults.items():
+        text = str(given.get(name, '')).strip()
+        try:
+            settings[name] = type(default)(text) if text else default
+        except ValueError:
+            raise ValueError(f"launch argument {name}:='{text}' must be a number") from None
+        if not settings[name] > 0:
+            raise ValueError(f"launch argument {name}:='{text}' must be positive")
+    return settings

@@ -6,7 +6,7 @@
 # benchmarks/run_h200_soak.sh: that machine has Python 3.12, torch, numpy, psutil, matplotlib,
 # opencv, PyYAML, transformers and nvidia-ml-py, but no ROS 2 and no network. The folder holds
 #   wheels/      the ROS 2 Jazzy runtime that the node, the feeders and the soak load (rclpy with
-#                Fast DDS, the message packages, cv_bridge), at the versions installed in .venv
+#                Fast DDS, the message packages), at the versions installed in .venv
 #                from requirements.txt, for manylinux x86_64 / CPython 3.12, slimmed by
 #                scripts/slim_wheels.py (no headers, CMake files or duplicate library copies);
 #   interfaces/  this package's generated messages (scripts/setup_env.sh, gitignored):
@@ -40,8 +40,6 @@ RUNTIME=(
   ros-builtin-interfaces ros-std-msgs ros-std-srvs ros-sensor-msgs ros-geometry-msgs
   ros-trajectory-msgs ros-diagnostic-msgs ros-rcl-interfaces ros-lifecycle-msgs ros-action-msgs
   ros-unique-identifier-msgs ros-service-msgs ros-type-description-interfaces ros-rosgraph-msgs
-  # cv_bridge: an exec_depend of package.xml (pi0_ros.conversions no longer calls it).
-  cv-bridge
 )
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
@@ -63,7 +61,7 @@ while read -r pin; do
   have="$("$PY" -c "import importlib.metadata as m; print(m.version('$name'))")"
   [ "$have" = "$want" ] \
     || { log "$name: .venv has $have, requirements.txt pins $want (setup_env.sh)"; exit 1; }
-done < <(grep -E '^(ros-jazzy-[a-z-]+(\[[a-z]+\])?|cv-bridge)==' "$ROOT/requirements.txt")
+done < <(grep -E '^ros-jazzy-[a-z-]+(\[[a-z]+\])?==' "$ROOT/requirements.txt")
 
 # 2. Wheels for the GPU machine (manylinux x86_64, CPython 3.12), then slimmed.
 exclude="$(git -C "$ROOT" rev-parse --git-path info/exclude)"

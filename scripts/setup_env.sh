@@ -57,7 +57,7 @@ if ! up_to_date requirements "$req_digest"; then
   log 'installing pinned requirements (first time: a few minutes)'
   "${PIP[@]}" install -q -r "$ROOT/requirements.txt" 2>&1 | grep -v '^WARNING: Location' || true
   "${PIP[@]}" check >/dev/null || log 'pip check reports inconsistencies (see pip check)'
-  "$PY" -c 'import rclpy, torch, lerobot, mujoco, cv_bridge' \
+  "$PY" -c 'import rclpy, torch, lerobot, mujoco, cv2' \
     || { log 'requirements did not install'; exit 1; }
   mark_done requirements "$req_digest"
 fi

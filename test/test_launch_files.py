@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides
+from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, sim_camera_settings
 from pi0_ros.parameters import ParameterError, SPECS, validate_value
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / 'launch'
@@ -134,6 +134,8 @@ def test_the_control_node_gets_only_the_launch_arguments_given(launch_stand_ins,
     found['generate_launch_description']()
     unset = {'checkpoint': '', 'device': '', 'precision': '', 'use_sim_time': ''}
     node = found[function](unset)[0]
+    # The control node is a lifecycle node wherever it is launched with its own autostart.
+    assert type(node).__name__ == ('Node' if name == 'gazebo_policy' else 'LifecycleNode')
     params_file, overrides = node.kwargs['parameters']
     assert params_file.args == ('params_file',)
     # Nothing given: the params file decides (Gazebo's node is always on its clock).
@@ -150,7 +152,9 @@ def test_the_sim_launch_gives_both_nodes_the_camera_fast_dds_profile(launch_stan
     entities = found['generate_launch_description']().args[0]
     kinds = [type(entity).__name__ for entity in entities]
     setting = entities[kinds.index('SetEnvironmentVariable')]
-    assert kinds.index('SetEnvironmentVariable') < kinds.index('Node')
+    # Before the nodes (both made by OpaqueFunctions).
+    assert kinds.count('OpaqueFunction') == 2
+    assert kinds.index('SetEnvironmentVariable') < kinds.index('OpaqueFunction')
     name, value = setting.args
     assert name == 'FASTRTPS_DEFAULT_PROFILES_FILE'
     assert value.args == ('FASTRTPS_DEFAULT_PROFILES_FILE',)     # a profile set outside wins
@@ -173,3 +177,35 @@ def test_pytest_accepts_the_hooks_of_jazzy_launch_testing(tmp_path):
         env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert '1 passed' in result.stdout
+
+
+SIM_CAMERA_ARGUMENTS = {'image_width': '', 'image_height': '', 'camera_rate': ''}
+
+
+@pytest.mark.parametrize('device, expected', [
+    ('cpu', (320, 240, 10.0)), ('cuda', (640, 480, 15.0)), ('cuda:1', (640, 480, 15.0))])
+def test_the_sim_launch_sizes_its_cameras_for_where_inference_runs(launch_stand_ins, device,
+                                                                     expected):
+    # 640x480 at 15 Hz on 2 CPU cores left the node holding most of the time.
+    found = runpy.run_path(str(LAUNCH_DIR / 'sim.launch.py'))
+    context = dict(SIM_CAMERA_ARGUMENTS, device=device, use_sim_time='true', namespace='',
+                   log_level='info')
+    parameters = found['simulator'](context)[0].kwargs['parameters'][0]
+    assert (parameters['image_width'], parameters['image_height'],
+            parameters['camera_rate']) == expected
+    given = dict(context, image_width='800', camera_rate='30')
+    parameters = found['simulator'](given)[0].kwargs['parameters'][0]
+    assert (parameters['image_width'], parameters['image_height'],
+            parameters['camera_rate']) == (800, expected[1], 30.0)
+    for bad in ('wide', '0', 'nan'):
+        with pytest.raises(ValueError, match='image_width'):
+            found['simulator'](dict(context, image_width=bad))
+
+
+def test_the_demo_and_the_sim_launch_start_the_same_cameras():
+    from pi0_ros.demo import camera_settings, parse_args
+    for device in ('cpu', 'cuda'):
+        assert camera_settings(parse_args(['--device', device])) == sim_camera_settings(
+            device, SIM_CAMERA_ARGUMENTS)
+    chosen = camera_settings(parse_args(['--device', 'cpu', '--image-width', '800']))
+    assert chosen == {'image_width': 800, 'image_height': 240, 'camera_rate': 10.0}
