@@ -58,7 +58,7 @@ def runs_on_gpu(device: str) -> bool:
 
 
 def sim_camera_settings(device: str, given: dict) -> dict:
-    """Return the simulator's image_width, image_height, camera_rate: given ones, else by device."""
+    """Return the simulator's image_width, image_height, camera_rate: given, else by device."""
     defaults = SIM_CAMERAS_GPU if runs_on_gpu(device) else SIM_CAMERAS_CPU
     settings = {}
     for name, default in defaults.items():

@@ -184,8 +184,8 @@ SIM_CAMERA_ARGUMENTS = {'image_width': '', 'image_height': '', 'camera_rate': ''
 
 @pytest.mark.parametrize('device, expected', [
     ('cpu', (320, 240, 10.0)), ('cuda', (640, 480, 15.0)), ('cuda:1', (640, 480, 15.0))])
-def test_the_sim_launch_sizes_its_cameras_for_where_inference_runs(launch_stand_ins, device,
-                                                                     expected):
+def test_the_sim_launch_sizes_its_cameras_for_where_inference_runs(
+        launch_stand_ins, device, expected):
     # 640x480 at 15 Hz on 2 CPU cores left the node holding most of the time.
     found = runpy.run_path(str(LAUNCH_DIR / 'sim.launch.py'))
     context = dict(SIM_CAMERA_ARGUMENTS, device=device, use_sim_time='true', namespace='',
