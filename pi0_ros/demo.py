@@ -21,7 +21,7 @@ import numpy as np
 from pi0_ros.domain import claim_domain_id
 from pi0_ros.launch_arguments import sim_camera_settings
 from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
-                               FASTDDS_PROFILE_VARIABLE, Process, ros_args)
+                               FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
 
 RANDOM_WEIGHTS_NOTE = (
     'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
@@ -50,6 +50,10 @@ def parse_args(argv):
                         help='ROS_DOMAIN_ID (default: one no other run on this machine holds)')
     parser.add_argument('--fastdds-profile', default=None, metavar='PATH|none',
                         help=FASTDDS_PROFILE_HELP)
+    parser.add_argument('--node-parameter', type=node_parameter, action='append', default=[],
+                        metavar='NAME:=VALUE',
+                        help='a control node parameter (repeatable; VALUE a Python literal, else '
+                             'a string), e.g. inference_niceness:=0')
     return parser.parse_args(argv)
 
 
@@ -67,6 +71,7 @@ class Recorder:
         self.measured = []      # (receive time, positions)
         self.latencies_ms = []  # (receive time, the chunk's inference time in ms)
         self.statuses = []
+        self.status_times = []  # receive time of each status
         self.frames = {}
         self.non_finite_commands = 0
         self.invalid_commands = 0  # not a JointTrajectory for these joints (ragged, names)
@@ -77,11 +82,15 @@ class Recorder:
         self.observation_to_command_ms = []  # (receive time, ms)
         self._clock = node.get_clock()
         node.create_subscription(ActionChunk, 'pi0_ros/action_chunk', self.chunk_callback, 10)
-        node.create_subscription(PolicyStatus, 'pi0_ros/status', self.statuses.append, 10)
+        node.create_subscription(PolicyStatus, 'pi0_ros/status', self.status_callback, 10)
         for camera in ('front', 'side', 'wrist'):
             node.create_subscription(Image, f'camera/{camera}/image_raw',
                                      lambda msg, c=camera: self.frames.__setitem__(c, msg),
                                      qos_profile_sensor_data)
+
+    def status_callback(self, msg):
+        self.status_times.append(time.monotonic())
+        self.statuses.append(msg)
 
     def chunk_callback(self, msg):
         # The node publishes a chunk on the control tick that first commands from it: receive
@@ -169,6 +178,7 @@ def status_line(elapsed, duration, recorder):
 
 def summarize(recorder, limits, control_rate, window):
     """Compute the report's numbers over the measured window (monotonic start, end)."""
+    from pi0_ros.msg import PolicyStatus
     start, end = window
     command_times = np.array([t for t in recorder.command_times if start <= t <= end])
     periods = np.diff(command_times) if command_times.size > 1 else np.empty(0)
@@ -195,6 +205,8 @@ def summarize(recorder, limits, control_rate, window):
     to_command = np.array([ms for t, ms in recorder.observation_to_command_ms
                            if start <= t <= end])
     last = recorder.statuses[-1] if recorder.statuses else None
+    states = [status.output_state for t, status in zip(recorder.status_times, recorder.statuses)
+              if start <= t <= end]
     motion = 0.0
     if measured:
         positions = np.stack([q for _, q in measured])
@@ -219,6 +231,9 @@ def summarize(recorder, limits, control_rate, window):
             'mean': float(tracking.mean()) if tracking.size else None,
             'max': float(tracking.max()) if tracking.size else None},
         'measured_motion_range_rad': motion,
+        # the share of the node's statuses in the window that report following the policy
+        'following_fraction': (sum(state == PolicyStatus.OUTPUT_FOLLOWING for state in states)
+                               / len(states)) if states else None,
         'commands_out_of_limits': out_of_limits,
         'non_finite_commands': recorder.non_finite_commands,
         'invalid_commands': recorder.invalid_commands,
@@ -334,7 +349,7 @@ def main(argv=None):
     control = Process('control', [sys.executable, '-m', 'pi0_ros.node'] + ros_args(
         {'checkpoint': args.checkpoint, 'device': args.device, 'precision': args.precision,
          'control_rate': args.control_rate, 'max_image_width': max(cameras['image_width'], 64),
-         'max_image_height': max(cameras['image_height'], 64)},
+         'max_image_height': max(cameras['image_height'], 64), **dict(args.node_parameter)},
         remaps=[('joint_trajectory', 'arm_controller/joint_trajectory')]), env, output)
     processes = [sim, control]
 
@@ -384,6 +399,7 @@ def main(argv=None):
     summary = summarize(recorder, limits, args.control_rate, window)
     summary.update({'duration_s': window[1] - window[0], 'checkpoint': args.checkpoint or None,
                     'device': args.device, 'instruction': args.instruction,
+                    'cameras': cameras, 'node_parameters': dict(args.node_parameter),
                     'exit_codes': exit_codes, 'note': RANDOM_WEIGHTS_NOTE
                     if not args.checkpoint else ''})
     for name, code in exit_codes.items():
@@ -406,6 +422,7 @@ def main(argv=None):
           f"{summary['output_rate_hz']:.2f} Hz received (target {args.control_rate:.0f}), "
           f"period jitter p99 {summary['control_period_ms']['jitter_p99'] or 0:.2f} ms; "
           f"inference p50 {latency['p50'] or 0:.1f} ms over {latency['count']} chunks; "
+          f"following {100 * (summary['following_fraction'] or 0):.1f} % of the time; "
           f"tracking error mean {tracking['mean'] or 0:.3f} rad")
     print(f'report: {output}/summary.json, joints.png, latency.png, control_period.png, '
           'cameras.png')

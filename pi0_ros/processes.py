@@ -5,6 +5,8 @@ Child processes of the demo, the soak and the tests: started, logged and always 
 
 Also the environment they share: the package's Fast DDS profile for camera-sized messages.
 """
+import argparse
+import ast
 import os
 from pathlib import Path
 import signal
@@ -19,6 +21,17 @@ FASTDDS_PROFILE_HELP = (
     f"Fast DDS's defaults. Default: ${FASTDDS_PROFILE_VARIABLE} if set, else the package's "
     f'config/{FASTDDS_PROFILE} (a 32 MB shared-memory segment, so that 900 kB camera frames '
     'reach the node on this host)')
+
+
+def node_parameter(text):
+    """Parse NAME:=VALUE (VALUE a Python literal, else a string) into (name, value)."""
+    name, separator, value = text.partition(':=')
+    if not separator or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME:=VALUE, got '{text}'")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
 
 
 def package_config_file(name):

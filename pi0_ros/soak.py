@@ -20,7 +20,6 @@ names one already, or --fastdds-profile says otherwise): with Fast DDS's default
 camera frames never reach the node on the same host.
 """
 import argparse
-import ast
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from pi0_ros.domain import claim_domain_id
 from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
                                 SO101_POSITION_UPPER)
 from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
-                               FASTDDS_PROFILE_VARIABLE, Process, ros_args)
+                               FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
 
 CAMERAS = ('front', 'side', 'wrist')
 INSTRUCTIONS = ('pick up the red cube', 'put the cube in the bowl', 'open the gripper',
@@ -50,17 +49,6 @@ OUTPUT_FOLLOWING = 1
 # Two feeder processes: 2.7 MB camera sets block a Python thread for milliseconds, which would make
 # a 500 Hz joint-state stream in the same process late; each keeps its own schedule.
 FEEDER_STREAMS = {'cameras': ('camera', 'instruction'), 'joints': ('joint',)}
-
-
-def node_parameter(text):
-    """Parse NAME:=VALUE (VALUE a Python literal, else a string) into (name, value)."""
-    name, separator, value = text.partition(':=')
-    if not separator or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME:=VALUE, got '{text}'")
-    try:
-        return name, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return name, value
 
 
 def parse_args(argv):

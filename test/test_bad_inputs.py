@@ -238,14 +238,16 @@ def test_bad_message_rejected_counted_logged_survived(node_under_test, key, fact
     harness = node_under_test
     send_until_counted(harness, key, factory, counter)
     # The error is throttled per reason: an earlier case with the same reason may have logged it.
-    lines = harness.process.output().splitlines()
+    # The count is seen before the line reaches the log file: wait for the line.
     if counter == 'by the engine':  # the worker's warning, with the engine's reason
-        assert any(line.startswith('[WARN]') and 'observation rejected by the engine' in line
-                   and 'too thin' in line for line in lines)
+        level, words = '[WARN]', ('observation rejected by the engine', 'too thin')
     else:
-        reason = counter.split(': ', 1)[1]
-        assert any(line.startswith('[ERROR]') and f'message: {reason}' in line
-                   for line in lines), reason
+        level, words = '[ERROR]', (f"message: {counter.split(': ', 1)[1]}",)
+
+    def logged():
+        return any(line.startswith(level) and all(word in line for word in words)
+                   for line in harness.process.output().splitlines())
+    assert harness.ros.spin_until(logged, 5.0, harness.process), words
     assert harness.process.returncode is None
     assert harness.latest_status().engine_state != PolicyStatus.ENGINE_FAILED
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from pi0_ros.demo import Recorder, summarize
+from pi0_ros.msg import PolicyStatus
 from pi0_ros.sim.scene import joint_limits
 
 LIMITS = joint_limits()
@@ -22,7 +23,7 @@ def recorded(points_by_time, latencies=(), to_command=()):
         command_points=list(points_by_time),
         measured=[(t, q[0]) for t, q, _ in points_by_time],
         latencies_ms=list(latencies), observation_to_command_ms=list(to_command),
-        statuses=[], non_finite_commands=0, invalid_commands=0)
+        statuses=[], status_times=[], non_finite_commands=0, invalid_commands=0)
 
 
 def test_every_point_and_velocity_of_a_command_is_checked_against_the_limits():
@@ -138,3 +139,16 @@ def test_an_interrupted_demo_reports_what_it_recorded(tmp_path, monkeypatch):
     assert 'interrupted' in summary['failures']
     assert 'no trajectory commands were received' not in summary['failures']
     assert summary['commands'] > 10 and summary['duration_s'] > 0.3
+
+
+def test_the_following_fraction_counts_the_statuses_inside_the_window():
+    still = np.zeros((10, JOINTS))
+    recorder = recorded([(10.0, still, still), (10.02, still, still)])
+    states = [(5.0, PolicyStatus.OUTPUT_HOLDING), (10.0, PolicyStatus.OUTPUT_FOLLOWING),
+              (10.2, PolicyStatus.OUTPUT_HOLDING), (10.4, PolicyStatus.OUTPUT_FOLLOWING),
+              (10.6, PolicyStatus.OUTPUT_FOLLOWING)]
+    recorder.status_times = [t for t, _ in states]
+    recorder.statuses = [PolicyStatus(output_state=state) for _, state in states]
+    assert summarize(recorder, LIMITS, 50.0, (10.0, 11.0))['following_fraction'] == 0.75
+    recorder.status_times, recorder.statuses = [], []
+    assert summarize(recorder, LIMITS, 50.0, (10.0, 11.0))['following_fraction'] is None
