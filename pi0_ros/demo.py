@@ -53,7 +53,7 @@ def parse_args(argv):
     parser.add_argument('--node-parameter', type=node_parameter, action='append', default=[],
                         metavar='NAME:=VALUE',
                         help='a control node parameter (repeatable; VALUE a Python literal, else '
-                             'a string), e.g. inference_niceness:=0')
+                             'a string), e.g. inference_niceness:=10')
     return parser.parse_args(argv)
 
 

@@ -67,8 +67,9 @@ SPECS = {
                                         'up', 1.0, 3600.0),
     'max_consecutive_failures': Spec(3, 'Inference failures in a row before the engine is marked '
                                         'failed', 0, 1000),
-    'inference_niceness': Spec(10, 'Scheduling niceness of the inference thread (0 = same as the '
-                                   'node): higher lets the control timer win a busy CPU', 0, 19),
+    'inference_niceness': Spec(0, 'Scheduling niceness of the inference thread (0 = same as the '
+                                  'node); higher yields the CPU to every other process too',
+                               0, 19),
     'encode_frames_ahead': Spec(True, 'Encode each camera frame on the inference thread when it '
                                       'arrives and the thread is idle, so an observation only '
                                       'encodes the frames that were not yet encoded'),

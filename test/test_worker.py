@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The inference worker thread: latest wins, epochs, bounded retries, failure, clean stop."""
 from dataclasses import dataclass
+import os
 import threading
 
 import numpy as np
@@ -114,6 +115,20 @@ def test_engine_runs_on_the_named_worker_thread_and_latest_observation_wins():
     assert set(engine.thread_names) == {'pi0_inference'}
     assert worker.stop(TIMEOUT)
     assert engine.closed and worker.state is WorkerState.STOPPED
+
+
+def test_the_worker_thread_runs_at_the_niceness_asked_for_and_by_default_at_the_callers():
+    def niceness_of_the_building_thread():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    for kwargs, expected in (({}, own), ({'niceness': min(own + 3, 19)}, min(own + 3, 19))):
+        seen = []
+        worker = InferenceWorker(lambda: seen.append(niceness_of_the_building_thread())
+                                 or ScriptedEngine(), Collector(), **kwargs)
+        worker.start()
+        assert worker.wait_ready(TIMEOUT)
+        assert seen == [expected]
+        assert worker.stop(TIMEOUT)
 
 
 def test_results_for_an_old_epoch_are_discarded():
