@@ -25,7 +25,7 @@ demo: env
 		--device $(DEVICE) --output $(OUTPUT)
 
 test: env
-	@$(PY) -m pytest -ra --timeout=900
+	@$(PY) -m pytest -ra --timeout=900 --durations=30
 
 lint: env
 	@$(PY) -m pytest -ra -m linter
