@@ -3,10 +3,15 @@
 """Measurements the node reports: rates, latency percentiles, GPU telemetry, diagnostic entries."""
 from collections import deque
 
-from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 
 from pi0_ros import nvml
+from pi0_ros.msg import PolicyStatus
+
+# The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
+# stay in its values).
+INPUT_WARN_S = 10.0
 
 
 def percentile(values, q):
@@ -93,3 +98,62 @@ OK = DiagnosticStatus.OK
 WARN = DiagnosticStatus.WARN
 ERROR = DiagnosticStatus.ERROR
 STALE = DiagnosticStatus.STALE
+
+
+def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_rejection_age_s,
+                     jitter_s):
+    """
+    Return the control node's DiagnosticArray: engine, output and inputs, stamped like `status`.
+
+    status: the PolicyStatus just built; worker: the InferenceWorker (state, error, counters);
+    counters, rejections (per reason) and skews (seconds): the node's, copied under its lock.
+    """
+    engine_level = {PolicyStatus.ENGINE_FAILED: ERROR,
+                    PolicyStatus.ENGINE_STOPPED: WARN}.get(status.engine_state, OK)
+    output_level = OK if status.output_state == PolicyStatus.OUTPUT_FOLLOWING else WARN
+    recent = last_rejection_age_s <= INPUT_WARN_S
+    inputs_message = (f'{status.inputs_rejected} rejected, the last {last_rejection_age_s:.0f} s '
+                      'ago' if recent
+                      else f'ok ({status.inputs_rejected} rejected since configure)'
+                      if status.inputs_rejected else 'ok')
+    array = DiagnosticArray()
+    array.header.stamp = status.header.stamp
+    array.status = [
+        diagnostic_status(
+            f'{name}: engine', engine_level, worker.state.value + (
+                f' ({worker.error})' if worker.error else ''),
+            {'latency p50 ms': status.inference_latency_p50_ms,
+             'latency p99 ms': status.inference_latency_p99_ms,
+             'inferences': worker.counters['inferences'],
+             'failures': worker.counters['failures'],
+             'chunks discarded (old instruction)': worker.counters['discarded'],
+             'chunks discarded by the node (old instruction, not commanding)':
+                 counters['chunks_discarded'],
+             'vision cache hits': status.vision_cache_hits,
+             'frames encoded ahead': worker.counters['frames_encoded_ahead'],
+             'frames encoded ahead, failed': worker.counters['encode_ahead_failures'],
+             'language cache hits': status.language_cache_hits,
+             'gpu memory used bytes': status.gpu_memory_used_bytes,
+             'gpu utilization %': status.gpu_utilization_percent}),
+        diagnostic_status(
+            f'{name}: output', output_level,
+            {PolicyStatus.OUTPUT_FOLLOWING: 'following the policy',
+             PolicyStatus.OUTPUT_HOLDING: f'holding: {status.hold_reason}',
+             PolicyStatus.OUTPUT_ESTOP: 'e-stop latched',
+             PolicyStatus.OUTPUT_DISABLED: 'disabled'}[status.output_state],
+            {'rate hz': status.control_rate_hz, 'target hz': status.control_rate_target_hz,
+             'rate error': status.control_rate_error,
+             'period jitter p99 ms': jitter_s * 1e3,
+             'actions skipped (latency)': status.actions_skipped,
+             'commands blocked': counters['commands_blocked']}),
+        diagnostic_status(
+            f'{name}: inputs', WARN if recent else OK, inputs_message,
+            {'observation age s': status.observation_age_s,
+             'observations synced': status.observations_synced,
+             'observations dropped': status.observations_dropped,
+             'camera skew p50 ms': percentile([s * 1e3 for s in skews], 50),
+             'camera skew max ms': max(skews, default=0.0) * 1e3,
+             'rejected by the engine': worker.counters['inputs_rejected'],
+             **{f'rejected {key}': count for key, count in sorted(rejections.items())}}),
+    ]
+    return array

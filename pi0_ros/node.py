@@ -46,9 +46,6 @@ from pi0_ros.worker import InferenceWorker, Observation, WorkerState
 
 NODE_NAME = 'pi0_ros'
 LOG_THROTTLE_S = 2.0
-# The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
-# stay in its values).
-INPUT_WARN_S = 10.0
 
 _ENGINE_STATES = {
     WorkerState.STARTING: PolicyStatus.ENGINE_IDLE,
@@ -851,66 +848,15 @@ class Pi0ControlNode(LifecycleNode):
         return status
 
     def _build_diagnostics(self, status, worker):
-        engine_level = {PolicyStatus.ENGINE_FAILED: diagnostics.ERROR,
-                        PolicyStatus.ENGINE_STOPPED: diagnostics.WARN}.get(status.engine_state,
-                                                                           diagnostics.OK)
-        output_level = (diagnostics.OK if status.output_state == PolicyStatus.OUTPUT_FOLLOWING
-                        else diagnostics.WARN)
         with self._lock:
             rejections = dict(self._rejections)
             skews = list(self._skews)
             counters = dict(self._counters)
-        blocked = counters['commands_blocked']
         # The newest rejection, the node's own (messages) or the engine's (observations).
         age = time.monotonic() - max(self._last_rejection, worker.last_input_rejection)
-        recent = age <= INPUT_WARN_S
-        inputs_level = diagnostics.WARN if recent else diagnostics.OK
-        inputs_message = (f'{status.inputs_rejected} rejected, the last {age:.0f} s ago'
-                          if recent
-                          else f'ok ({status.inputs_rejected} rejected since configure)'
-                          if status.inputs_rejected else 'ok')
-        array = DiagnosticArray()
-        array.header.stamp = status.header.stamp
-        name = self.get_fully_qualified_name()
-        array.status = [
-            diagnostics.diagnostic_status(
-                f'{name}: engine', engine_level, worker.state.value + (
-                    f' ({worker.error})' if worker.error else ''),
-                {'latency p50 ms': status.inference_latency_p50_ms,
-                 'latency p99 ms': status.inference_latency_p99_ms,
-                 'inferences': worker.counters['inferences'],
-                 'failures': worker.counters['failures'],
-                 'chunks discarded (old instruction)': worker.counters['discarded'],
-                 'chunks discarded by the node (old instruction, not commanding)':
-                     counters['chunks_discarded'],
-                 'vision cache hits': status.vision_cache_hits,
-                 'frames encoded ahead': worker.counters['frames_encoded_ahead'],
-                 'frames encoded ahead, failed': worker.counters['encode_ahead_failures'],
-                 'language cache hits': status.language_cache_hits,
-                 'gpu memory used bytes': status.gpu_memory_used_bytes,
-                 'gpu utilization %': status.gpu_utilization_percent}),
-            diagnostics.diagnostic_status(
-                f'{name}: output', output_level,
-                {PolicyStatus.OUTPUT_FOLLOWING: 'following the policy',
-                 PolicyStatus.OUTPUT_HOLDING: f'holding: {status.hold_reason}',
-                 PolicyStatus.OUTPUT_ESTOP: 'e-stop latched',
-                 PolicyStatus.OUTPUT_DISABLED: 'disabled'}[status.output_state],
-                {'rate hz': status.control_rate_hz, 'target hz': status.control_rate_target_hz,
-                 'rate error': status.control_rate_error,
-                 'period jitter p99 ms': self._output_rate.jitter() * 1e3,
-                 'actions skipped (latency)': status.actions_skipped,
-                 'commands blocked': blocked}),
-            diagnostics.diagnostic_status(
-                f'{name}: inputs', inputs_level, inputs_message,
-                {'observation age s': status.observation_age_s,
-                 'observations synced': status.observations_synced,
-                 'observations dropped': status.observations_dropped,
-                 'camera skew p50 ms': diagnostics.percentile([s * 1e3 for s in skews], 50),
-                 'camera skew max ms': max(skews, default=0.0) * 1e3,
-                 'rejected by the engine': worker.counters['inputs_rejected'],
-                 **{f'rejected {key}': count for key, count in sorted(rejections.items())}}),
-        ]
-        return array
+        return diagnostics.node_diagnostics(
+            self.get_fully_qualified_name(), status, worker, counters, rejections, skews,
+            last_rejection_age_s=age, jitter_s=self._output_rate.jitter())
 
     # Parameters ----------------------------------------------------------------------------
     def _on_set_parameters(self, parameters):

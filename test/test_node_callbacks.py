@@ -25,6 +25,7 @@ from std_srvs.srv import SetBool
 from pi0_ros.control import PlannerState
 from pi0_ros.conversions import rgb_to_image, seconds_to_stamp, stamp_to_seconds
 from pi0_ros.msg import PolicyStatus
+import pi0_ros.diagnostics
 import pi0_ros.node
 from pi0_ros.node import Pi0ControlNode
 from pi0_ros.parameters import SO101_JOINTS
@@ -185,7 +186,7 @@ def test_the_inputs_diagnostic_warns_while_rejections_are_recent(node, monkeypat
     entry = inputs_diagnostic(node)
     assert entry.level == DiagnosticStatus.WARN and entry.message.startswith('1 rejected')
     # Once the last rejection is older than the window, OK again; the count stays in the text.
-    monkeypatch.setattr(pi0_ros.node, 'INPUT_WARN_S', -1.0)
+    monkeypatch.setattr(pi0_ros.diagnostics, 'INPUT_WARN_S', -1.0)
     entry = inputs_diagnostic(node)
     assert entry.level == DiagnosticStatus.OK
     assert entry.message == 'ok (1 rejected since configure)'
