@@ -24,8 +24,8 @@ from std_srvs.srv import SetBool
 
 from pi0_ros.control import PlannerState
 from pi0_ros.conversions import rgb_to_image, seconds_to_stamp, stamp_to_seconds
-from pi0_ros.msg import PolicyStatus
 import pi0_ros.diagnostics
+from pi0_ros.msg import PolicyStatus
 import pi0_ros.node
 from pi0_ros.node import Pi0ControlNode
 from pi0_ros.parameters import SO101_JOINTS
