@@ -4,8 +4,8 @@
 Accuracy of the engine's precision options on Pi0's full-size model, on the CPU.
 
 Builds the full-size engine with the same random weights (seed 0) in float32 (the reference:
-it matches LeRobot's float32 policy to a relative 6e-7 on the H200, benchmarks/h200_full) and in
-bf16 with each FP8 option, runs one observation with fixed frames, state and noise, and reports
+it matches LeRobot's float32 policy to a relative 6.7e-7 on the H200, benchmarks/RESULTS.md) and
+in bf16 with each FP8 option, runs one observation with fixed frames, state and noise, and reports
 each chunk's cosine and relative max error against the reference. FP8 products run emulated on
 the CPU (e4m3 operands with row / channel scales, multiplied in float32: the arithmetic of
 torch._scaled_mm up to the summation order), so the accuracy holds for the GPU path; the speed

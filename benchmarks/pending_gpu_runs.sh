@@ -20,7 +20,8 @@ for step in ${*:-rope timeline_b8 suffix_b2_b4}; do
             --json "$OUT/timeline_b8.json" 2>&1 | grep -v Warn | head -20 | cut -c1-160) ;;
     suffix_b2_b4)
         (cd benchmarks && timeout 240 python3 engine_ab.py --batches 2,4 --frame-pool 8 \
-            --iters 100 --tuned register_audit/suffix_b2_b4_64x32_tiles.json \
+            --iters 100 \
+            --tuned records/2026-12-05-register-audit-cpu/suffix_b2_b4_64x32_tiles.json \
             --json "$OUT/ab_suffix_b2_b4.json" > "$OUT/ab_suffix_b2_b4.log" 2>&1
          grep "^batch\|^B against" "$OUT/ab_suffix_b2_b4.log" | cut -c1-400) ;;
     *)

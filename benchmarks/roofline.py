@@ -7,7 +7,7 @@ FLOPs and bytes are counted from the model's dimensions (matrix products and att
 read once per use, the prefix KV cache read once per expert layer and step). The roofline time
 of a stage is max(FLOPs / peak matrix rate, bytes / peak memory bandwidth); the table shows what
 the engine achieved against it. Usage:
-    python benchmarks/roofline.py benchmarks/h200_full/bench.json [--batch 1]
+    python benchmarks/roofline.py benchmarks/records/2026-12-05-engine-h200/bench.json [--batch 1]
         [--tflops 790] [--tbps 4.8] [--expert-bytes 2]
 """
 import argparse
