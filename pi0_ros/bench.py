@@ -115,9 +115,10 @@ class GpuSampler:
     (None without samples, e.g. on the CPU or without NVML) and gives the energy the GPU used
     inside (NVML's energy counter, read on entering and leaving: exact where the sampled power
     is not). read() -> (watts, MHz, capped) and energy() -> cumulative millijoules replace NVML
-    in tests. Compute-bound batches can run at the power limit, with lower clocks when calls
-    run back to back (benchmarks/README.md, session 9). NVML's power is the average of the last
-    second on Ampere and newer GPUs: loops of a few seconds or less read it low.
+    in tests. Compute-bound batches can run at the power limit, with lower clocks when calls run
+    back to back (benchmarks/ledger.json, exp-cublaslt-prompt-buckets-power). NVML's power is the
+    average of the last second on Ampere and newer GPUs: loops of a few seconds or less read it
+    low.
     """
 
     def __init__(self, device: torch.device, period_s: float = 0.1, read=None, energy=None):

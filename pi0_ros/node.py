@@ -346,7 +346,7 @@ class Pi0ControlNode(LifecycleNode):
         """
         Run the control timer on a thread of its own at a real-time priority, where permitted.
 
-        Measured on 2 cores with CPU inference (benchmarks/control_rate/README.md): on the
+        Measured on 2 cores with CPU inference (benchmarks/RESULTS.md: control-rate-cpu): on the
         executor's thread the timer waited little behind the input callbacks (they are short),
         but after waking it often queued 1-4 ms for a CPU while other runnable threads finished
         their time slices. SCHED_FIFO removes that wait; given to the whole executor it also
@@ -891,7 +891,7 @@ def main(args=None):
     # (real-time priority), waits at most about this long for the GIL held by the inference or
     # the executor thread, at wake-up and while it computes a tick. Measured on 2 cores with CPU
     # inference: 0.2 ms gave a node p99 period jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms 1.6-1.8 ms
-    # (benchmarks/control_rate/README.md).
+    # (benchmarks/RESULTS.md: control-rate-cpu).
     sys.setswitchinterval(0.0002)
     rclpy.init(args=args)
     node = executor = None

@@ -115,7 +115,7 @@ class EngineOptions:
     # compute capability 8.9+ (elsewhere emulated in float32, for tests). Off: half floats.
     prefix_fp8: bool = False
     # With prefix_fp8: the prefix layers (indices from 0) whose MLP runs in FP8; empty: all of
-    # them. Fewer layers give back accuracy for speed (benchmarks/README.md, FP8 prefix).
+    # them. Fewer layers give back accuracy for speed (benchmarks/RESULTS.md, fp8-prefix-h200).
     prefix_fp8_layers: tuple = ()
     # With many frames to encode (several observations, CUDA): upload and encode a first
     # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.

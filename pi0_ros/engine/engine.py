@@ -340,7 +340,8 @@ class Pi0Engine:
 
         Straight from the arrays (pageable memory; CUDA stages the bytes, and each copy has
         read its array when it returns): measured faster on the H200 host than a copy into
-        pinned memory first, on one thread or several (benchmarks/h200_session4/upload_ab.json).
+        pinned memory first, on one thread or several (upload_ab.json: benchmarks/ledger.json
+        record exp-buckets-upload-ablation).
         Pipelined, the copies run on a copy stream that the compute stream then waits for, so
         they overlap the vision encoder of earlier frames.
         """

@@ -28,10 +28,10 @@ gives up after a bounded wait and raises a flag; the denoiser then writes NaN in
 which the engine rejects. With phase >= 0 the kernel runs one phase per launch, without
 barriers: how the CPU tests run it under Triton's interpreter (which runs programs one by one).
 
-Measured on the H200 (benchmarks/README.md, session 6): correct, and slower than the stack of
-fused kernels (51.6 vs 36.9 us per layer at batch 1): each phase is still a chain of dependent
-memory round trips, and a grid barrier (~0.9 us) costs no less than a PDL kernel boundary
-(0.75 us). So kernel_configs.EXPERT_LAYER_MAX_ROWS keeps it off.
+Measured on the H200 (benchmarks/ledger.json, exp-persistent-expert-layer): correct, and slower
+than the stack of fused kernels (51.6 vs 36.9 us per layer at batch 1): each phase is still a chain
+of dependent memory round trips, and a grid barrier (~0.9 us) costs no less than a PDL kernel
+boundary (0.75 us). So kernel_configs.EXPERT_LAYER_MAX_ROWS keeps it off.
 """
 from dataclasses import dataclass
 

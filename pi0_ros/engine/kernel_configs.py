@@ -73,13 +73,14 @@ FP8_PREFIX_DOWN = True
 # count is used; None (or no entry covering the rows) means cuBLAS was faster. A shape not
 # listed gets gemm.heuristic_config. split_k > 1 writes float32 partial sums that the next
 # fused kernel adds up.
-# H200, bf16, run 10 (benchmarks/h200_full/kernel_tuning.json); rows = 51 x batch. o at 51
-# rows from session 7's tuning with the weight prefetch (h200_session7/call2_gemm51.json; the
-# other three kept their configurations): denoise 6.90 -> 6.87 ms at batch 1 in
-# benchmarks/engine_ab.py (call3_ab_gemm_again.json). qkv at 51 rows split 2 instead of 4 since
-# session 11 (fewer partial sums for the RoPE kernel to add up; the tuner times the GEMM alone):
-# denoise 6.20 -> 6.09 ms in two engine_ab processes (h200_session11/call6_*, call7_*), 6.18
-# -> 6.11 ms with the two swapped (call9_*).
+# H200, bf16, run 10 (benchmarks/records/2026-12-03-kernel-tuning-h200/kernel_tuning.json); rows
+# = 51 x batch. o at 51 rows from session 7's tuning with the weight prefetch (call2_gemm51.json;
+# the other three kept their configurations): denoise 6.90 -> 6.87 ms at batch 1 in
+# benchmarks/engine_ab.py (call3_ab_gemm_again.json; benchmarks/ledger.json record
+# exp-frames-ahead-first-step-overlap). qkv at 51 rows split 2 instead of 4 since session 11
+# (fewer partial sums for the RoPE kernel to add up; the tuner times the GEMM alone): denoise
+# 6.20 -> 6.09 ms in two engine_ab processes (call6_*, call7_*), 6.18 -> 6.11 ms with the two
+# swapped (call9_*; record exp-cluster-expert-split-counts).
 SKINNY_LINEAR = {
     (2560, 1024, False): [(51, _skinny(64, 32, 64, 2, 4, 3)),                     # qkv
                           (102, _skinny(128, 64, 64, 2, 8, 4)), (408, None)],
@@ -115,17 +116,18 @@ GELU_MUL_WARPS = 4
 # GELU * up GEMM (gemm.gelu_mul_gemm: many rows, TMA tiles, the GELU * up in the epilogue, so
 # the [rows, 2F] gate/up product is never written): (F, k) -> [(max_rows, config or None), ...]
 # as SKINNY_LINEAR; None, or rows beyond the last entry, = cuBLAS + the GELU * up kernel.
-# H200 (session 5, benchmarks/h200_session5/call2_gelu_mul_tuning.json): slower than cuBLAS +
-# the GELU * up kernel at every size measured (prefix 816-13056 rows: 184 vs 163 us at 816,
-# 1469 vs 1438 us at 6528; the expert's gate/up at 408 and 816 rows), so empty.
+# H200 (session 5, call2_gelu_mul_tuning.json; benchmarks/ledger.json record
+# exp-fp8-layers-prefetch-gelu-gemm): slower than cuBLAS + the GELU * up kernel at every size
+# measured (prefix 816-13056 rows: 184 vs 163 us at 816, 1469 vs 1438 us at 6528; the expert's
+# gate/up at 408 and 816 rows), so empty.
 GELU_MUL_GEMM = {}
 
 
-# The action expert's layers as one persistent launch each (expert_layer.py: phases separated
-# by grid-wide barriers) for at most this many rows (51 per observation; 0 = never), else the
-# fused kernels above. H200 (session 6, benchmarks/h200_session6/): slower, 51.6 vs 36.9 us per
-# layer at batch 1 (a barrier costs ~0.9 us, a PDL kernel boundary 0.75, and each phase about
-# what the kernels it replaces cost), so off.
+# The action expert's layers as one persistent launch each (expert_layer.py: phases separated by
+# grid-wide barriers) for at most this many rows (51 per observation; 0 = never), else the fused
+# kernels above. H200 (session 6, benchmarks/ledger.json record exp-persistent-expert-layer):
+# slower, 51.6 vs 36.9 us per layer at batch 1 (a barrier costs ~0.9 us, a PDL kernel boundary
+# 0.75, and each phase about what the kernels it replaces cost), so off.
 EXPERT_LAYER_MAX_ROWS = 0
 
 # Tiles of that kernel (expert_layer.ExpertLayerConfig). 8 warps: with 4, ptxas needs more
@@ -146,8 +148,9 @@ def _attention(block_m, block_n, keys_per_split, num_warps, num_stages, merge_ro
 # [(max_batch, config), ...] in increasing max_batch: the first entry that covers the batch is
 # used, the last one beyond it. keys_per_split 0 = no split. With more observations in a batch
 # there are more programs per key, so fewer, longer splits pay (fewer float32 partials to merge).
-# H200, bf16, run 10 (benchmarks/h200_full/kernel_tuning.json); batch 8 from session 4's
-# tuning with 8 warps among the candidates (19.9 vs 21.9 us; attention_tuning.json).
+# H200, bf16, run 10 (benchmarks/records/2026-12-03-kernel-tuning-h200/kernel_tuning.json);
+# batch 8 from session 4's tuning with 8 warps among the candidates (19.9 vs 21.9 us;
+# attention_tuning.json, benchmarks/ledger.json record exp-buckets-upload-ablation).
 ATTENTION = {
     'suffix': [(1, _attention(32, 64, 128, 4, 2)), (2, _attention(64, 64, 128, 4, 2)),
                (4, _attention(64, 64, 256, 4, 2)), (8, _attention(128, 64, 256, 8, 2)),
