@@ -23,6 +23,7 @@ from test_node_integration import check_command, ControlNodeHarness
 from pi0_ros.conversions import seconds_to_stamp
 from pi0_ros.domain import claim_domain_id, release_domain_id
 from pi0_ros.msg import PolicyStatus
+from pi0_ros.node import LOG_THROTTLE_S
 from pi0_ros.parameters import SO101_JOINTS
 from rosutil import RosProcess, RosTestNode
 
@@ -219,15 +220,18 @@ def test_one_bad_message_repeated_logs_throttled(node_under_test):
     ros = harness.ros
     counter = 'joint_states: mismatched joint state lengths'
     before = rejection_counts(harness).get(counter, 0)
-    for _ in range(20):
+    started = time.monotonic()
+    # Best effort: on a busy machine some are lost, so send until ten were counted.
+    while rejection_counts(harness).get(counter, 0) < before + 10:
+        assert time.monotonic() - started < 20.0, 'fewer than 10 rejections counted in 20 s'
         harness.feeder.joint_pub.publish(joint_state(harness, positions=[0.0] * 3))
         ros.spin_for(0.02)
-    assert ros.spin_until(lambda: rejection_counts(harness).get(counter, 0) >= before + 10,
-                          5.0, harness.process)
+    elapsed = time.monotonic() - started
     ros.spin_for(0.3)
     lines = [line for line in harness.process.output().splitlines()
              if 'message: mismatched joint state lengths' in line]
-    assert 1 <= len(lines) <= 2, lines
+    # One line per throttle period at most.
+    assert 1 <= len(lines) <= 2 + int(elapsed / LOG_THROTTLE_S), (lines, elapsed)
 
 
 @pytest.mark.parametrize('key, factory, counter',

@@ -209,3 +209,21 @@ def test_the_demo_and_the_sim_launch_start_the_same_cameras():
             device, SIM_CAMERA_ARGUMENTS)
     chosen = camera_settings(parse_args(['--device', 'cpu', '--image-width', '800']))
     assert chosen == {'image_width': 800, 'image_height': 240, 'camera_rate': 10.0}
+
+
+def test_pytest_collects_the_launch_tests_and_skips_them_without_launch_testing():
+    # `python -m pytest test/launch` runs them where launch_testing is installed; here, where
+    # it is not, they are collected and skipped (not "no tests ran").
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider',
+         str(LAUNCH_DIR.parent / 'test' / 'launch')], cwd=LAUNCH_DIR.parent,
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != 'PI0_ROS_LAUNCH_TESTS_RUN_SEPARATELY'})
+    try:
+        import launch_testing  # noqa: F401
+    except ImportError:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert '4 skipped' in result.stdout and 'warning' not in result.stdout, result.stdout
+        assert 'launch_testing is not installed' in result.stdout
+    else:
+        assert result.returncode == 0 and 'passed' in result.stdout, result.stdout

@@ -7,6 +7,7 @@ does); here: no crash, a clean exit, no unsafe command, bounded RSS growth after
 consistent counters.
 """
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -58,9 +59,12 @@ def test_node_parameters_are_parsed_as_literals_else_strings():
 
 def test_the_fastdds_profile_is_the_packaged_one_unless_the_environment_or_option_says_otherwise(
         tmp_path):
-    packaged = REPO_ROOT / 'config' / FASTDDS_PROFILE
+    # The package's own file: config/ of the source (pip route) or of its share directory
+    # (colcon install, where the package is imported from the install space).
     env = {}
-    assert fastdds_profile_env(env) == str(packaged)
+    packaged = Path(fastdds_profile_env(env))
+    assert packaged.name == FASTDDS_PROFILE
+    assert packaged.read_bytes() == (REPO_ROOT / 'config' / FASTDDS_PROFILE).read_bytes()
     assert env == {FASTDDS_PROFILE_VARIABLE: str(packaged)}
     own = tmp_path / 'own.xml'
     own.write_text('<profiles/>')

@@ -7,6 +7,7 @@ Run by test_engine_kernels.py in a subprocess with TRITON_INTERPRET=1 (the inter
 chosen before triton is imported): `python triton_interpreter_checks.py NAME` runs one check
 and prints 'NAME ok'. Each compares a kernel with a float32 PyTorch reference.
 """
+import dataclasses
 import sys
 
 import numpy as np
@@ -301,7 +302,10 @@ def check_engine_triton_path_matches_pytorch_path():
     rng = np.random.default_rng(4)
     frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(2)] \
         + [rng.integers(0, 256, (90, 90, 3), dtype=np.uint8)]
-    triton_path, torch_path = _triton_and_pytorch_actions(ModelDims.tiny(), frames)
+    # Two Euler steps and 112-pixel images: every kernel and stride of the full path, in a
+    # quarter of the interpreter's time (the step count and the image size change no branch).
+    dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)
+    triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine
 
@@ -309,13 +313,11 @@ def check_engine_triton_path_matches_pytorch_path():
 def check_expert_layer_kernel():
     # The persistent expert-layer kernel, one launch per phase (the interpreter runs programs
     # one after another, so the barriers are left out), against the PyTorch path end to end.
-    import dataclasses
-
     from pi0_ros.engine import expert_layer, model
     from pi0_ros.engine.config import ModelDims
 
     dims = dataclasses.replace(ModelDims.tiny(), head_dim=32, expert_width=64,
-                               expert_mlp_dim=128, num_steps=3)
+                               expert_mlp_dim=128, num_steps=3, image_size=112)
     # Every projection split over K (two parts, summed by the last program of each tile).
     kernel_configs.EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 2, 'block_n_o': 16,
                                    'o_split': 2, 'block_n_mlp': 16, 'mlp_split': 2,
