@@ -21,7 +21,7 @@ env:
 	@bash scripts/setup_env.sh
 
 demo: env
-	@$(PY) -m pi0_ros.demo --duration $(DURATION) --checkpoint '$(CHECKPOINT)' \
+	@$(PY) -m pi0_ros.tools.demo --duration $(DURATION) --checkpoint '$(CHECKPOINT)' \
 		--device $(DEVICE) --output $(OUTPUT)
 
 test: env
@@ -31,7 +31,7 @@ lint: env
 	@$(PY) -m pytest -ra -m linter
 
 bench: env
-	@$(PY) -m pi0_ros.bench --dims tiny --device cpu --out reports/bench
+	@$(PY) -m pi0_ros.tools.bench --dims tiny --device cpu --out reports/bench
 
 clean:
 	rm -rf build reports pi0_ros/msg pi0_ros/*.so pi0_ros/_pi0_ros_s.ep.*

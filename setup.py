@@ -26,8 +26,8 @@ setup(
         'console_scripts': [
             'pi0-ros-control = pi0_ros.node:main',
             'pi0-ros-sim = pi0_ros.sim.node:main',
-            'pi0-ros-bench = pi0_ros.bench:main',
-            'pi0-ros-demo = pi0_ros.demo:main',
+            'pi0-ros-bench = pi0_ros.tools.bench:main',
+            'pi0-ros-demo = pi0_ros.tools.demo:main',
         ],
     },
 )

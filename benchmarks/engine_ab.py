@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tune_kernels import apply, load_best  # benchmarks/, next to this script
 
-from pi0_ros.bench import (apply_kernel_config, encode_ahead, INSTRUCTION, percentiles,
+from pi0_ros.tools.bench import (apply_kernel_config, encode_ahead, INSTRUCTION, percentiles,
                            random_frames)
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 

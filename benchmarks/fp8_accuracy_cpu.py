@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.bench import random_frames
+from pi0_ros.tools.bench import random_frames
 from pi0_ros.engine import EngineOptions, gemm, kernel_configs, kernels, ModelDims, Pi0Engine
 
 VARIANTS = {

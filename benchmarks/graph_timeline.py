@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 import torch
 
-from pi0_ros.bench import INSTRUCTION, random_frames
+from pi0_ros.tools.bench import INSTRUCTION, random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 

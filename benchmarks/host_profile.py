@@ -5,7 +5,7 @@ Where the host's time goes in Pi0Engine.infer / infer_batch (GPU only; prints, c
 
 The full-size random engine runs as the benchmark runs it (new 480x640 frames every call) under
 cProfile; the functions with the most own time are printed per batch size, and written to
---out as text. The GPU's own time is the stage events' business (pi0_ros.bench); this shows the
+--out as text. The GPU's own time is the stage events' business (pi0_ros.tools.bench); this shows the
 Python and copy work around it (validation, staging frames into pinned memory, launches).
 Usage: python benchmarks/host_profile.py --batches 1,8 --iters 100 --out host_profile.txt
 """
@@ -16,7 +16,7 @@ import pstats
 
 import numpy as np
 
-from pi0_ros.bench import random_frames
+from pi0_ros.tools.bench import random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 INSTRUCTION = 'pick up the red cube and place it in the bin'

@@ -203,7 +203,7 @@ def main(argv=None) -> int:
         parser.error(f'no ptxas at {PTXAS}')
     from tune_kernels import apply, load_best  # benchmarks/, next to this script
 
-    from pi0_ros.bench import apply_kernel_config
+    from pi0_ros.tools.bench import apply_kernel_config
     for path in args.tuned:
         apply(load_best(path))
     for setting in args.config:

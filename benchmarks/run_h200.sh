@@ -39,21 +39,21 @@ BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,3,4,
        --out "$OUT/bench_full")
 if [ "${PDL_AB:-0}" = 1 ]; then
   # The same engine without programmatic dependent launch, batch 1 (A/B in one run).
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1 \
+  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1 \
     --iters "${ITERS:-100}" --skip-lerobot --no-pdl --out /tmp/bench_nopdl 2>&1 \
     | tee "$OUT/bench_nopdl.log"
 fi
 if [ -n "${VARIANT:-}" ]; then
   # The engine with other kernel switches (e.g. VARIANT='--kernel-config PREFETCH_WEIGHTS_MAX_ROWS=0').
   # shellcheck disable=SC2086
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
+  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1,8 \
     --iters "${ITERS:-100}" --skip-lerobot $VARIANT --out /tmp/bench_variant 2>&1 \
     | tee "$OUT/bench_variant.log"
   cp /tmp/bench_variant/bench.json "$OUT/bench_variant.json"
 fi
 if [ "${FP8:-0}" = 1 ]; then
   # FP8 weight-only action expert: speed at batch 1 and 8, accuracy (--check) in bf16 and fp16.
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda \
+  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda \
     --batches "${FP8_BATCHES:-1,8}" --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert \
     ${VARIANT:-} \
     --out /tmp/bench_fp8 2>&1 \
@@ -62,7 +62,7 @@ if [ "${FP8:-0}" = 1 ]; then
 fi
 if [ "${FP8_PREFIX:-0}" = 1 ]; then
   # FP8 activations + weights for the prefix MLP's gate/up: speed at batch 1 and 8, accuracy.
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,8 \
+  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1,8 \
     --iters "${ITERS:-100}" --skip-lerobot --check --fp8-prefix \
     --fp8-prefix-layers "${FP8_PREFIX_LAYERS:-}" --out /tmp/bench_fp8_prefix \
     2>&1 | tee "$OUT/bench_fp8_prefix.log"
@@ -80,7 +80,7 @@ fi
 if [ "${EXPERT_LAYER:-0}" = 1 ]; then
   # One persistent launch per expert layer (off by default): the engine with it, then its phases.
   # shellcheck disable=SC2086
-  python3 -m pi0_ros.bench --dims full --precision bf16 --device cuda --batches 1,2 \
+  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1,2 \
     --iters "${ITERS:-100}" --skip-lerobot --check --kernel-config EXPERT_LAYER_MAX_ROWS=128 \
     ${EXPERT_LAYER_TILES:-} --out /tmp/bench_expert_layer 2>&1 | tee "$OUT/bench_expert_layer.log"
   cp /tmp/bench_expert_layer/bench.json "$OUT/bench_expert_layer.json"
@@ -96,5 +96,5 @@ if [ "${TUNE:-1}" = 1 ]; then
   python3 benchmarks/tune_kernels.py --json "$OUT/kernel_tuning.json" --apply-best "${BENCH[@]}" \
     2>&1 | tee "$OUT/bench_full.log"
 else
-  python3 -m pi0_ros.bench "${BENCH[@]}" 2>&1 | tee "$OUT/bench_full.log"
+  python3 -m pi0_ros.tools.bench "${BENCH[@]}" 2>&1 | tee "$OUT/bench_full.log"
 fi

@@ -4,7 +4,7 @@
 #
 # GPU soak for the device tool (one H200): the control node with Pi0's full-size random model on
 # cuda (bf16), fed three 640x480 cameras at 30 Hz and joint states at 500 Hz over real DDS, for
-# DURATION seconds (default 300), then the soak's report (python -m pi0_ros.soak).
+# DURATION seconds (default 300), then the soak's report (python -m pi0_ros.tools.soak).
 #
 #   here:   bash scripts/make_gpu_bundle.sh                 (.gpusoak/: ROS 2 wheels + messages)
 #   device: bash benchmarks/run_h200_soak.sh [DURATION]     (carry ['.gpusoak'], timeout_s 600)
@@ -17,7 +17,7 @@
 # soak_gpu/ with summary.json, timeseries.png, control_period.png, control.log,
 # feeder_cameras.log, feeder_joints.log.
 # Settings (environment): PYTHON (python3), SOAK_DEVICE (cuda), SOAK_MODEL (full), SOAK_PRECISION
-# (bf16), SOAK_ARGS (more options of python -m pi0_ros.soak, e.g. '--warmup 20'), SOAK_BUDGET
+# (bf16), SOAK_ARGS (more options of python -m pi0_ros.tools.soak, e.g. '--warmup 20'), SOAK_BUDGET
 # (570: seconds the whole script may take; the soak is interrupted with SIGINT, and still writes
 # its report, so that the call ends inside the tool's 600 s), GPUSOAK_BUNDLE (.gpusoak),
 # GPUSOAK_PREFIX (/tmp/pi0_ros_gpusoak).
@@ -106,7 +106,7 @@ EOF
          'soak is interrupted (and still reports) when the budget ends'
   fi
   timeout --signal=INT --kill-after=20 "$remaining" \
-    "$PYTHON" -m pi0_ros.soak --duration "$DURATION" --device "$DEVICE" \
+    "$PYTHON" -m pi0_ros.tools.soak --duration "$DURATION" --device "$DEVICE" \
     --random-model "$MODEL" --precision "$PRECISION" --output "$REPORT" ${SOAK_ARGS:-}
   rc=$?
   # The feeders' counters are in summary.json ('feeder'); fewer files for the tool to return.

@@ -11,7 +11,7 @@ the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Ev
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
 many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
 timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
-in pi0_ros.engine.kernel_configs and runs the engine benchmark (pi0_ros.bench) with the
+in pi0_ros.engine.kernel_configs and runs the engine benchmark (pi0_ros.tools.bench) with the
 remaining arguments in this process.
 """
 import argparse
@@ -317,7 +317,7 @@ def main(argv=None):
                             'ATTENTION': configs['ATTENTION']}}, stream, indent=1)
     if args.apply_best:
         apply(configs)
-        from pi0_ros import bench
+        from pi0_ros.tools import bench
         return bench.main(bench_args)
     return 0
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.bench import random_frames
+from pi0_ros.tools.bench import random_frames
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
 
 INSTRUCTION = 'pick up the red cube and place it in the bin'

@@ -7,7 +7,7 @@ For 3, 6 and 24 frames of 480x640x3 uint8 (one observation, a first quarter of b
 8), the median milliseconds of: uploads straight from the arrays (pageable; what the engine
 does), the DMA alone from pinned memory, and the copy into pinned memory by numpy (serial and on
 a thread pool, with and without the DMA after it) or by PyTorch's CPU copy on 1-16 intra-op
-threads. The engine's own stages are pi0_ros.bench's and engine_ab.py's business.
+threads. The engine's own stages are pi0_ros.tools.bench's and engine_ab.py's business.
 Usage: python benchmarks/upload_bandwidth.py --json upload_bandwidth.json
 """
 import argparse
@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.bench import random_frames
+from pi0_ros.tools.bench import random_frames
 
 
 def median_ms(function, repeats: int = 20) -> float:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pi0_ros.domain import claim_domain_id, release_domain_id
+from pi0_ros.tools.domain import claim_domain_id, release_domain_id
 from rosutil import RosProcess, RosTestNode
 
 # Tests and the processes they start discover each other on this host only.

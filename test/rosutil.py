@@ -9,7 +9,7 @@ import time
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-from pi0_ros.processes import Process, ros_args
+from pi0_ros.tools.processes import Process, ros_args
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,10 +21,10 @@ from test_conversions import jpeg_header_only, png_header_only
 from test_node_integration import check_command, ControlNodeHarness
 
 from pi0_ros.conversions import seconds_to_stamp
-from pi0_ros.domain import claim_domain_id, release_domain_id
 from pi0_ros.msg import PolicyStatus
 from pi0_ros.node import LOG_THROTTLE_S
 from pi0_ros.parameters import SO101_JOINTS
+from pi0_ros.tools.domain import claim_domain_id, release_domain_id
 from rosutil import RosProcess, RosTestNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

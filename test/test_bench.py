@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 
-from pi0_ros.bench import GpuSampler, main
+from pi0_ros.tools.bench import GpuSampler, main
 
 
 def test_gpu_sampler_reads_on_a_thread_while_inside_and_summarizes():
@@ -82,7 +82,7 @@ def test_bench_on_the_cpu_writes_latencies_stages_and_no_gpu_telemetry(tmp_path)
 
 
 def test_the_lerobot_comparison_engine_has_the_timed_engines_options():
-    from pi0_ros.bench import comparison_options, engine_options, parse_args
+    from pi0_ros.tools.bench import comparison_options, engine_options, parse_args
     args = parse_args(['--no-overlap-first-step', '--no-pipelined-upload', '--buckets', '1',
                        '--precision', 'fp16', '--fp8-prefix'])
     timed, compared = engine_options(args, 1), comparison_options(args, 'bf16')

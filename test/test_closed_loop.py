@@ -13,9 +13,9 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from feeder import LATCHED
-from pi0_ros.demo import Recorder, summarize
 from pi0_ros.msg import PolicyStatus
 from pi0_ros.sim.scene import CAMERA_NAMES, joint_limits
+from pi0_ros.tools.demo import Recorder, summarize
 
 pytestmark = [pytest.mark.integration, pytest.mark.sim]
 

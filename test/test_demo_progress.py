@@ -3,7 +3,7 @@
 """The demo's progress lines: overwritten on a terminal, throttled lines in a log."""
 import io
 
-from pi0_ros.demo import ProgressPrinter
+from pi0_ros.tools.demo import ProgressPrinter
 
 
 class FakeTerminal(io.StringIO):

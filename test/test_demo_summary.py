@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from pi0_ros.demo import Recorder, summarize
 from pi0_ros.msg import PolicyStatus
 from pi0_ros.sim.scene import joint_limits
+from pi0_ros.tools.demo import Recorder, summarize
 
 LIMITS = joint_limits()
 JOINTS = len(LIMITS.position_lower)
@@ -97,7 +97,7 @@ def test_an_interrupted_demo_reports_what_it_recorded(tmp_path, monkeypatch):
     import rclpy
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-    import pi0_ros.demo as demo
+    import pi0_ros.tools.demo as demo
 
     node = FakeNode()
     started = []

@@ -207,7 +207,7 @@ def test_warmup_and_infer_on_a_worker_thread(monkeypatch):
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16', 'fp16'])
 def test_matches_lerobot_on_gpu(precision):
-    from pi0_ros.bench import identity_engine_from_policy, INSTRUCTION, parse_args
+    from pi0_ros.tools.bench import identity_engine_from_policy, INSTRUCTION, parse_args
     from pi0_ros.engine.lerobot_reference import build_lerobot_policy, lerobot_predict
     from pi0_ros.engine.lerobot_reference import make_lerobot_processors
     from pi0_ros.engine.tokenizer import build_builtin_tokenizer

@@ -158,7 +158,7 @@ def test_short_kernels_launch_the_next_first_only_where_named(monkeypatch):
 
 
 def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
-    from pi0_ros.bench import apply_kernel_config
+    from pi0_ros.tools.bench import apply_kernel_config
 
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
     monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)

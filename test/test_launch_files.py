@@ -203,7 +203,7 @@ def test_the_sim_launch_sizes_its_cameras_for_where_inference_runs(
 
 
 def test_the_demo_and_the_sim_launch_start_the_same_cameras():
-    from pi0_ros.demo import camera_settings, parse_args
+    from pi0_ros.tools.demo import camera_settings, parse_args
     for device in ('cpu', 'cuda'):
         assert camera_settings(parse_args(['--device', device])) == sim_camera_settings(
             device, SIM_CAMERA_ARGUMENTS)

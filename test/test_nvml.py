@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from pi0_ros import nvml
-from pi0_ros.bench import GpuSampler
 from pi0_ros.diagnostics import GpuTelemetry
+from pi0_ros.tools.bench import GpuSampler
 
 # Two GPUs in NVML's (PCI) order; CUDA_VISIBLE_DEVICES=1 makes the second one PyTorch's cuda:0.
 UUIDS = ['11111111-aaaa-bbbb-cccc-000000000000', '22222222-aaaa-bbbb-cccc-000000000000']

@@ -1,6 +1,6 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""A short soak (`python -m pi0_ros.soak`) for CI: the criteria that mean something in 30 s.
+"""A short soak (`python -m pi0_ros.tools.soak`) for CI: the criteria that mean something in 30 s.
 
 Rate and jitter criteria are left to the long run (they depend on what else the CI machine
 does); here: no crash, a clean exit, no unsafe command, bounded RSS growth after warm-up and
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from pi0_ros.processes import FASTDDS_PROFILE, fastdds_profile_env, FASTDDS_PROFILE_VARIABLE
-from pi0_ros.soak import parse_args
+from pi0_ros.tools.processes import FASTDDS_PROFILE, fastdds_profile_env, FASTDDS_PROFILE_VARIABLE
+from pi0_ros.tools.soak import parse_args
 from rosutil import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,7 +27,7 @@ SHORT_RUN_CRITERIA = ('no_crash', 'clean_exit', 'unsafe_commands', 'commands_blo
 def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
     output = tmp_path / 'soak'
     completed = subprocess.run(
-        [sys.executable, '-m', 'pi0_ros.soak', '--duration', '30', '--warmup', '10',
+        [sys.executable, '-m', 'pi0_ros.tools.soak', '--duration', '30', '--warmup', '10',
          '--instruction-period', '3', '--output', str(output), '--domain-id',
          str(ros_domain_id)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
     log = completed.stdout[-3000:] + completed.stderr[-3000:]

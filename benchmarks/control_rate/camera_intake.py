@@ -5,7 +5,7 @@ How many camera frames reach a bare subscriber from the soak's camera feeder (no
 
     python benchmarks/control_rate/camera_intake.py [--seconds 10]
 
-Starts `python -m pi0_ros.soak --feeder cameras` (three 640x480 rgb8 cameras at 30 Hz, published
+Starts `python -m pi0_ros.tools.soak --feeder cameras` (three 640x480 rgb8 cameras at 30 Hz, published
 back to back) on a ROS domain of its own and counts what a best-effort subscriber with the
 node's QoS (sensor data, depth 5) receives per camera, after a 3 s warm-up. The middleware
 settings come from the environment, e.g. FASTRTPS_DEFAULT_PROFILES_FILE.
@@ -26,7 +26,7 @@ def main():
     parser.add_argument('--seconds', type=float, default=10.0, help='counting time after warm-up')
     args = parser.parse_args()
 
-    from pi0_ros.domain import claim_domain_id, release_domain_id
+    from pi0_ros.tools.domain import claim_domain_id, release_domain_id
     domain_id = claim_domain_id()
     os.environ['ROS_DOMAIN_ID'] = str(domain_id)
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -34,7 +34,7 @@ def main():
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    feeder = subprocess.Popen([sys.executable, '-m', 'pi0_ros.soak', '--feeder', 'cameras'],
+    feeder = subprocess.Popen([sys.executable, '-m', 'pi0_ros.tools.soak', '--feeder', 'cameras'],
                               start_new_session=True)
     rclpy.init()
     node = rclpy.create_node('camera_intake')

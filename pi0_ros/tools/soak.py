@@ -3,8 +3,8 @@
 """
 Soak run: the control node under a steady robot-like feed for a long time, then a report.
 
-`python -m pi0_ros.soak --duration 1800 --output reports/soak` starts the control node as a process
-(the built-in tiny model on the CPU; `--device cuda --checkpoint DIR` for a real policy,
+`python -m pi0_ros.tools.soak --duration 1800 --output reports/soak` starts the control node as a
+process (the built-in tiny model on the CPU; `--device cuda --checkpoint DIR` for a real policy,
 `--device cuda --random-model full` for random weights of Pi0's full size), and a feeder process
 that publishes three cameras (640x480 rgb8, 30 Hz), joint states (500 Hz, tracking the commands
 like a stiff position controller) and an instruction that changes every few seconds.
@@ -33,11 +33,11 @@ import time
 
 import numpy as np
 
-from pi0_ros.domain import claim_domain_id
 from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
                                 SO101_POSITION_UPPER)
-from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
-                               FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
+from pi0_ros.tools.domain import claim_domain_id
+from pi0_ros.tools.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
+                                     FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
 
 CAMERAS = ('front', 'side', 'wrist')
 INSTRUCTIONS = ('pick up the red cube', 'put the cube in the bowl', 'open the gripper',
@@ -667,7 +667,7 @@ def run_monitor(args):
          'max_image_height': max(args.image_height, 64), **dict(args.node_parameter)}),
         env, output)
     feeders = [Process(f'feeder_{role}', [
-        sys.executable, '-m', 'pi0_ros.soak', '--feeder', role,
+        sys.executable, '-m', 'pi0_ros.tools.soak', '--feeder', role,
         '--feeder-stats', str(output / f'feeder_{role}.json'),
         '--camera-rate', str(args.camera_rate), '--joint-rate', str(args.joint_rate),
         '--image-width', str(args.image_width), '--image-height', str(args.image_height),
@@ -720,7 +720,7 @@ def run_monitor(args):
     feeder_stats = {role: json.loads((output / f'feeder_{role}.json').read_text())
                     for role in FEEDER_STREAMS if (output / f'feeder_{role}.json').exists()}
     summary = summarize(monitor, args, window, feeder_stats, exit_codes, crashed)
-    summary['command'] = 'python -m pi0_ros.soak ' + ' '.join(sys.argv[1:])
+    summary['command'] = 'python -m pi0_ros.tools.soak ' + ' '.join(sys.argv[1:])
     (output / 'summary.json').write_text(json.dumps(summary, indent=2, default=_json_default))
     write_plots(output, monitor, args, window)
     failed = [name for name, c in summary['criteria'].items() if not c['passed']]

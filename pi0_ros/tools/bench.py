@@ -3,7 +3,7 @@
 """
 Benchmark Pi0Engine against LeRobot's PI0Policy (same process, device and weights).
 
-python -m pi0_ros.bench --dims full --precision auto --batches 1,2,4,8 --out reports/bench
+python -m pi0_ros.tools.bench --dims full --precision auto --batches 1,2,4,8 --out reports/bench
 Writes bench.json and PNG plots into --out; prints a summary table.
 """
 import argparse
@@ -622,7 +622,7 @@ def apply_kernel_config(setting: str) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point of `python -m pi0_ros.bench`, `pi0-ros-bench` and scripts/bench."""
+    """Entry point of `python -m pi0_ros.tools.bench`, `pi0-ros-bench` and scripts/bench."""
     args = parse_args(argv)
     if args.no_pdl:
         kernel_configs.PDL = False

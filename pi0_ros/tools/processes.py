@@ -41,7 +41,7 @@ def package_config_file(name):
     Looked up in the source tree (the pip route's editable install), then in the package's
     share directory (colcon: <prefix>/share/pi0_ros/config, also where pip puts data_files).
     """
-    source = Path(__file__).resolve().parents[1] / 'config' / name
+    source = Path(__file__).resolve().parents[2] / 'config' / name
     if source.is_file():
         return source
     shares = []

@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from pi0_ros.domain import claim_domain_id
 from pi0_ros.launch_arguments import sim_camera_settings
-from pi0_ros.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
-                               FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
+from pi0_ros.tools.domain import claim_domain_id
+from pi0_ros.tools.processes import (copy_to_environ, fastdds_profile_env, FASTDDS_PROFILE_HELP,
+                                     FASTDDS_PROFILE_VARIABLE, node_parameter, Process, ros_args)
 
 RANDOM_WEIGHTS_NOTE = (
     'Random weights: the built-in tiny model moves the arm without purpose. Point the demo at a '
