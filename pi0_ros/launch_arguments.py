@@ -41,9 +41,10 @@ def parameter_overrides(given: dict) -> dict:
     return overrides
 
 
-# The simulated cameras by where inference runs. On a CPU (2 cores measured, README
-# "Simulation") 640x480 at 15 Hz left the node holding most of the time: rendering and sending
-# the frames took the cores that inference needs. A GPU node takes them at full size.
+# The simulated cameras by where inference runs. On a CPU, rendering and sending the frames take
+# the cores that inference needs: on 2 cores with one core kept busy by another process the node
+# followed 94 % of the time at 320x240, 10 Hz, 85-88 % at 640x480, 15 Hz (benchmarks/RESULTS.md,
+# feeder-load-cpu). A GPU node takes them at full size.
 SIM_CAMERAS_CPU = {'image_width': 320, 'image_height': 240, 'camera_rate': 10.0}
 SIM_CAMERAS_GPU = {'image_width': 640, 'image_height': 480, 'camera_rate': 15.0}
 

@@ -61,7 +61,7 @@ SPECS = {
     'prefix_fp8_layers': Spec('', "Prefix layers whose MLP runs in FP8 (GPUs of compute "
                                   "capability 8.9+, half precision): '' = none, 'all', or "
                                   "indices and ranges such as '4-16' (faster at large "
-                                  'batches, slightly less exact: benchmarks/README.md)'),
+                                  'batches, slightly less exact: benchmarks/RESULTS.md)'),
     'seed': Spec(0, 'Seed of the random model', 0, 2**31 - 1),
     'engine_ready_timeout': Spec(300.0, 'Seconds configure waits for the engine to load and warm '
                                         'up', 1.0, 3600.0),
