@@ -31,7 +31,6 @@ VARIANTS = {
     'bf16': ({'precision': 'bf16'}, True),
     'bf16 + fp8 prefix gate/up': ({'precision': 'bf16', 'prefix_fp8': True}, False),
     'bf16 + fp8 prefix gate/up + down': ({'precision': 'bf16', 'prefix_fp8': True}, True),
-    'bf16 + fp8 expert (weight-only)': ({'precision': 'bf16', 'expert_fp8': True}, True),
     # The FP8 prefix MLP in some of the 17 prefix layers with an MLP (gate/up and down).
     'bf16 + fp8 prefix MLP, layers 0-8': (
         {'precision': 'bf16', 'prefix_fp8': True, 'prefix_fp8_layers': tuple(range(9))}, True),

@@ -93,7 +93,8 @@ def main(argv=None):
     parser.add_argument('--tflops', type=float, default=790.0, help='peak dense bf16 TFLOP/s')
     parser.add_argument('--tbps', type=float, default=4.8, help='peak memory TB/s')
     parser.add_argument('--expert-bytes', type=float, default=2.0,
-                        help='bytes per action-expert weight (1 with --fp8-expert)')
+                        help='bytes per action-expert weight (1 for the retired FP8 expert '
+                             'of record fp8-expert-h200-run9)')
     args = parser.parse_args(argv)
     with open(args.bench_json, encoding='utf-8') as stream:
         report = json.load(stream)

@@ -7,20 +7,15 @@
 #   TUNE=1 (default) times the Triton kernels' configurations first (benchmarks/tune_kernels.py)
 #   and benchmarks with the best ones applied; TUNE=0 benchmarks the configurations committed in
 #   pi0_ros/engine/kernel_configs.py. PDL_AB=1 first benchmarks batch 1 without programmatic
-#   dependent launch (bench_nopdl.log). FP8=1 also benchmarks the FP8 weight-only action expert
-#   (bench_fp8.log, bench_fp8.json; --check gives its accuracy). BATCHES (sweep), PROFILE_BATCHES
+#   dependent launch (bench_nopdl.log). BATCHES (sweep), PROFILE_BATCHES
 #   (kernel tables), MEMORY_SWEEP (max_batch values whose peak memory is measured against the
 #   planner's estimate) set the benchmark's sweeps. FP8_PREFIX=1 also benchmarks the FP8 prefix
 #   MLP (bench_fp8_prefix.log/.json, with --check), in the layers FP8_PREFIX_LAYERS (e.g.
 #   8,9,10,11,12,13,14,15,16; default all). EXPERIMENTS=1 also runs
 #   benchmarks/prefix_experiments.py (prefix_experiments.json). VARIANT='--kernel-config ...'
-#   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json; FP8 uses them).
+#   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json).
 #   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
 #   FLOOR=1 also measures the launch floor (benchmarks/launch_floor.py, launch_floor.json).
-#   EXPERT_LAYER=1 also benchmarks batch 1 and 2 with the persistent expert-layer kernel
-#   (bench_expert_layer.log/.json, with --check; EXPERT_LAYER_TILES='--kernel-config
-#   EXPERT_LAYER.KEY=VALUE ...' sets its tiles) and times its phases
-#   (benchmarks/expert_layer_phases.py, expert_layer_phases.json).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -51,15 +46,6 @@ if [ -n "${VARIANT:-}" ]; then
     | tee "$OUT/bench_variant.log"
   cp /tmp/bench_variant/bench.json "$OUT/bench_variant.json"
 fi
-if [ "${FP8:-0}" = 1 ]; then
-  # FP8 weight-only action expert: speed at batch 1 and 8, accuracy (--check) in bf16 and fp16.
-  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda \
-    --batches "${FP8_BATCHES:-1,8}" --iters "${ITERS:-100}" --skip-lerobot --check --fp8-expert \
-    ${VARIANT:-} \
-    --out /tmp/bench_fp8 2>&1 \
-    | tee "$OUT/bench_fp8.log"
-  cp /tmp/bench_fp8/bench.json "$OUT/bench_fp8.json"
-fi
 if [ "${FP8_PREFIX:-0}" = 1 ]; then
   # FP8 activations + weights for the prefix MLP's gate/up: speed at batch 1 and 8, accuracy.
   python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1,8 \
@@ -76,16 +62,6 @@ fi
 if [ "${FLOOR:-0}" = 1 ]; then
   # The launch floor of a chain of dependent kernels and the expert's projections per layer.
   python3 benchmarks/launch_floor.py --json "$OUT/launch_floor.json" 2>&1 | tail -8
-fi
-if [ "${EXPERT_LAYER:-0}" = 1 ]; then
-  # One persistent launch per expert layer (off by default): the engine with it, then its phases.
-  # shellcheck disable=SC2086
-  python3 -m pi0_ros.tools.bench --dims full --precision bf16 --device cuda --batches 1,2 \
-    --iters "${ITERS:-100}" --skip-lerobot --check --kernel-config EXPERT_LAYER_MAX_ROWS=128 \
-    ${EXPERT_LAYER_TILES:-} --out /tmp/bench_expert_layer 2>&1 | tee "$OUT/bench_expert_layer.log"
-  cp /tmp/bench_expert_layer/bench.json "$OUT/bench_expert_layer.json"
-  python3 benchmarks/expert_layer_phases.py --json "$OUT/expert_layer_phases.json" 2>&1 \
-    | tail -30
 fi
 if [ "${EXPERIMENTS:-0}" = 1 ]; then
   # Measurements for the next prefix optimizations (SDPA attention, FP8 projections).

@@ -30,8 +30,7 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'self_attention', 'resize_frames', 'fp8_rows',
-                                   'engine_triton_path_matches_pytorch_path',
-                                   'expert_layer_kernel'])
+                                   'engine_triton_path_matches_pytorch_path'])
 def test_kernel_in_the_interpreter(check):
     env = dict(os.environ, TRITON_INTERPRET='1', PI0_ROS_TRITON_ON_CPU='1')
     result = subprocess.run([sys.executable, str(CHECKS), check], env=env,
@@ -85,35 +84,6 @@ EXPERT_SHAPES = [(2560, 1024, False), (1024, 2048, False), (4096, 1024, True),
                  (1024, 4096, False)]
 
 
-def test_expert_layer_kernel_runs_only_where_switched_on_and_tileable(monkeypatch):
-    from pi0_ros.engine import expert_layer
-
-    def layers(dtype=torch.bfloat16):
-        return [model.GemmaLayer(*(torch.zeros(n, k, dtype=dtype) for n, k in
-                                   ((2560, 1024), (1024, 2048), (8192, 1024), (1024, 4096))))]
-
-    def supported(rows=51, dtype=torch.bfloat16, stack=None, cfg=None):
-        return expert_layer.supported(stack or layers(dtype), rows, 1024, 8, 256, 4096, dtype,
-                                      torch.device('cpu'), cfg)
-
-    monkeypatch.setattr(kernels, 'INTERPRET_ON_CPU', True)  # stands for a CUDA device here
-    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
-    assert not supported()  # off: the committed default
-    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 64)
-    assert supported()
-    assert not supported(rows=102)  # more rows than switched on
-    assert not supported(dtype=torch.float32)
-    fp8 = layers()
-    fp8[0].down_w = gemm.Fp8Weight.quantize(torch.zeros(1024, 4096))
-    assert not supported(stack=fp8)  # weight-only FP8 expert: the fused kernels
-    wide = dataclasses.replace(expert_layer.config(), block_n_qkv=256)
-    assert not supported(cfg=wide)  # a tile wider than half a head cannot pair RoPE columns
-    uneven = dataclasses.replace(expert_layer.config(), down_split=3)
-    assert not supported(cfg=uneven)
-    monkeypatch.setattr(kernels, 'INTERPRET_ON_CPU', False)
-    assert not supported()  # CPU tensors without the interpreter: PyTorch
-
-
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
 def test_suffix_attention_prefetches_keys_only_for_split_launches_with_pdl(monkeypatch):
     launches = []
@@ -157,25 +127,20 @@ def test_short_kernels_launch_the_next_first_only_where_named(monkeypatch):
         assert not any(kernels.launch_first(k) for k in ('norm', 'rope', 'merge'))
 
 
-def test_bench_kernel_config_sets_switches_numbers_names_and_table_entries(monkeypatch):
+def test_bench_kernel_config_sets_switches_numbers_and_names(monkeypatch):
     from pi0_ros.tools.bench import apply_kernel_config
 
-    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER', dict(kernel_configs.EXPERT_LAYER))
-    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 0)
+    monkeypatch.setattr(kernel_configs, 'PREFETCH_WEIGHTS_MAX_ROWS', 64)
     monkeypatch.setattr(kernel_configs, 'PDL', True)
     monkeypatch.setattr(kernel_configs, 'BLAS_LIBRARY', 'cublaslt')
-    apply_kernel_config('EXPERT_LAYER_MAX_ROWS=64')
+    apply_kernel_config('PREFETCH_WEIGHTS_MAX_ROWS=0')
     apply_kernel_config('PDL=0')
-    apply_kernel_config('EXPERT_LAYER.num_warps=4')
-    apply_kernel_config('EXPERT_LAYER.prefetch=off')
     apply_kernel_config('BLAS_LIBRARY=none')
     assert kernel_configs.BLAS_LIBRARY is None
     apply_kernel_config('BLAS_LIBRARY=cublas')
     assert kernel_configs.BLAS_LIBRARY == 'cublas'
-    assert kernel_configs.EXPERT_LAYER_MAX_ROWS == 64 and kernel_configs.PDL is False
-    assert kernel_configs.EXPERT_LAYER['num_warps'] == 4
-    assert kernel_configs.EXPERT_LAYER['prefetch'] is False
-    for bad in ('NOT_A_SETTING=1', 'EXPERT_LAYER.not_a_key=1', 'ATTENTION=1', 'PDL.x=1'):
+    assert kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS == 0 and kernel_configs.PDL is False
+    for bad in ('NOT_A_SETTING=1', 'ATTENTION=1', 'ATTENTION.suffix=1', 'PDL.x=1'):
         with pytest.raises(SystemExit):
             apply_kernel_config(bad)
 
@@ -276,16 +241,6 @@ def tiny_bf16_engine_actions(seed: int, **options):
 def assert_close_but_not_equal(exact, quantized):
     assert F.cosine_similarity(exact, quantized, dim=0) > 0.999
     assert not torch.equal(exact, quantized)  # the quantized path ran
-
-
-def test_engine_with_fp8_expert_weights_stays_close_to_half_precision():
-    outputs = []
-    for fp8 in (False, True):
-        engine, actions = tiny_bf16_engine_actions(5, expert_fp8=fp8)
-        kinds = {type(layer.down_w).__name__ for layer in engine.weights.expert_layers}
-        assert kinds == ({'Fp8Weight'} if fp8 else {'Tensor'})
-        outputs.append(actions)
-    assert_close_but_not_equal(*outputs)
 
 
 def test_fp8_row_quantization_scales_each_row_to_the_fp8_range():
@@ -399,21 +354,6 @@ def test_fp8_prefix_norm_and_gemm_on_the_gpu(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('rows', [51, 408])
-@pytest.mark.parametrize('n_out,depth,gelu_mul', EXPERT_SHAPES)
-def test_fp8_weights_in_the_skinny_kernel_on_the_gpu(rows, n_out, depth, gelu_mul):
-    torch.manual_seed(6)
-    x = torch.randn(rows, depth, dtype=torch.bfloat16, device='cuda')
-    fp8 = gemm.Fp8Weight.quantize(torch.randn(2 * n_out if gelu_mul else n_out, depth,
-                                              device='cuda') * 0.03)
-    product = x.float() @ fp8.dequantize(torch.float32).T
-    expected = (F.gelu(product[:, :n_out], approximate='tanh') * product[:, n_out:]
-                if gelu_mul else product)
-    out = kernels.sum_parts(gemm.linear(x, fp8, gelu_mul=gelu_mul)).float()
-    assert (out - expected).abs().max().item() < 1e-2 * expected.abs().max().item()
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize('rows,depth,n_out,silu', [(50, 32, 1024, True), (50, 1024, 1024, False),
                                                    (408, 1024, 32, False)])
 def test_action_linear_on_the_gpu_is_float32_exact(rows, depth, n_out, silu, monkeypatch):
@@ -501,64 +441,3 @@ def test_resize_frames_on_the_gpu_equals_the_pytorch_path():
     resize_frames(FrameResizer(480, 640, 224, torch.device('cuda')), frames.cuda(), 480, 640,
                   out)
     assert (out.cpu() - expected).abs().max().item() < 1e-4
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize('tiles', [{}, {'block_n_qkv': 32, 'qkv_split': 2, 'block_n_o': 32,
-                                        'o_split': 4, 'down_split': 4, 'block_n_mlp': 64,
-                                        'mlp_split': 2}])
-@pytest.mark.parametrize('batch', [1, 2])
-def test_expert_layer_kernel_on_the_gpu_at_full_size(batch, tiles, monkeypatch):
-    # The persistent expert-layer kernel (barriers between phases) and its one-launch-per-phase
-    # form against the stack of fused kernels, at the expert's shapes, three layers.
-    from pi0_ros.engine import expert_layer, model
-    from pi0_ros.engine.config import ModelDims
-
-    monkeypatch.setattr(kernel_configs, 'EXPERT_LAYER_MAX_ROWS', 128)
-    cfg = dataclasses.replace(expert_layer.config(), **tiles)
-    dims = ModelDims.full()
-    width, heads, dim, mlp = dims.expert_width, dims.expert_heads, dims.head_dim, \
-        dims.expert_mlp_dim
-    prefix, seq, depth = 816, dims.chunk_size + 1, 3
-    generator = torch.Generator(device='cuda').manual_seed(7)
-    layers = model.random_expert_layers(dims, depth, generator)
-    assert expert_layer.supported(layers, batch * seq, width, heads, dim, mlp, torch.bfloat16,
-                                  torch.device('cuda'), cfg)
-    key_mask = torch.ones(batch, prefix, dtype=torch.bool, device='cuda')
-    key_mask[-1, 760:] = False
-    bias = attention.key_bias(key_mask, extra_keys=seq)
-    positions = (key_mask.sum(1)[:, None]
-                 + torch.arange(seq, device='cuda')[None, :]).view(-1)
-    cos, sin = model.rope_tables(dims, prefix + seq, 'cuda')
-    cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
-    cache = torch.randn(2, depth, batch, 1, prefix + seq, dim, device='cuda',
-                        generator=generator).to(torch.bfloat16)
-    x0 = torch.randn(batch, seq, width, device='cuda', generator=generator) * 3.0
-    results = {}
-    for name in ('reference', 'persistent', 'phased'):
-        x, keys, values = x0.clone(), cache[0].clone(), cache[1].clone()
-        sync = expert_layer.sync_buffer(depth, x.device)
-        if name == 'reference':
-            model._gemma_stack(layers, dims, x, heads, cos, sin, keys, values, prefix, bias,
-                               state_keys=prefix + 1)
-        else:
-            expert_layer.expert_stack(layers, x, dims.rms_norm_eps, heads, dim, cos, sin, keys,
-                                      values, prefix, bias, sync, 0, cfg=cfg,
-                                      phased=name == 'phased')
-        torch.cuda.synchronize()
-        assert sync[0].item() == 0, f'{name}: a barrier gave up'
-        results[name] = (x, keys, values)
-    for name in ('persistent', 'phased'):
-        x, keys, values = results[name]
-        pairs = zip((x, keys[:, :, 0, prefix:], values[:, :, 0, prefix:]),
-                    (results['reference'][0], results['reference'][1][:, :, 0, prefix:],
-                     results['reference'][2][:, :, 0, prefix:]))
-        for (actual, expected), what in zip(pairs, ('residual', 'keys', 'values')):
-            actual, expected = actual.float(), expected.float()
-            error = (actual - expected).abs().max().item() / expected.abs().max().item()
-            cosine = F.cosine_similarity(actual.flatten().double(),
-                                         expected.flatten().double(), dim=0).item()
-            assert error < 2e-2 and cosine > 0.9999, (name, what, error, cosine)
-        # The prefix part of the cache is left as it was.
-        assert torch.equal(keys[:, :, 0, :prefix], cache[0][:, :, 0, :prefix])
-        assert torch.equal(values[:, :, 0, :prefix], cache[1][:, :, 0, :prefix])

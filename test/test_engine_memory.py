@@ -27,18 +27,10 @@ def test_weight_bytes_match_a_built_engine():
     engine.close()
 
 
-def test_full_model_weights_and_fp8_expert():
+def test_full_model_weights_and_fp8_prefix_mlp():
     bf16 = weight_bytes(FULL, 3, torch.bfloat16)
     # Pi0 is ~3.1 B parameters in half precision (the last prefix layer keeps only K/V).
     assert 5.7 * GIB < bf16 < 6.0 * GIB
-    fp8 = weight_bytes(FULL, 3, torch.bfloat16, expert_fp8=True)
-    expert = FULL.expert_depth * (FULL.expert_width * (FULL.expert_heads + 2) * FULL.head_dim
-                                  + FULL.expert_heads * FULL.head_dim * FULL.expert_width
-                                  + 3 * FULL.expert_width * FULL.expert_mlp_dim)
-    scales = FULL.expert_depth * 4 * ((FULL.expert_heads + 2) * FULL.head_dim
-                                      + FULL.expert_width + 2 * FULL.expert_mlp_dim
-                                      + FULL.expert_width)
-    assert bf16 - fp8 == expert - scales  # one byte saved per expert weight, scales added
     prefix = weight_bytes(FULL, 3, torch.bfloat16, prefix_fp8=True)
     mlps = FULL.prefix_depth - 1  # the last prefix layer keeps only K/V
     saved = mlps * (3 * FULL.prefix_width * FULL.prefix_mlp_dim  # gate/up and down, 1 byte less

@@ -51,17 +51,6 @@ def check_skinny_linear():
                                  config=gemm.SkinnyConfig(block_n=32, block_k=64))
         assert out.shape == (rows, 64)
         close(out, expected, 2e-2, f'gelu_mul rows={rows}')
-    # FP8 weights (weight-only): widened in registers, scaled per output channel.
-    fp8 = gemm.Fp8Weight.quantize(torch.randn(2 * 64, 128) * 0.1)
-    dense = fp8.dequantize(torch.float32)
-    product = x.float() @ dense.T
-    for gelu_mul, split_k, expected in ((False, 2, product),
-                                        (True, 1, F.gelu(product[:, :64], approximate='tanh')
-                                         * product[:, 64:])):
-        out = gemm.skinny_linear(x, fp8, gelu_mul=gelu_mul,
-                                 config=gemm.SkinnyConfig(block_n=32, block_k=32,
-                                                          split_k=split_k))
-        close(kernels.sum_parts(out), expected, 2e-2, f'fp8 gelu_mul={gelu_mul}')
     # A configuration that does not tile the shape is refused, not run.
     try:
         gemm.skinny_linear(x, weight, config=gemm.SkinnyConfig(block_n=64))
@@ -308,46 +297,6 @@ def check_engine_triton_path_matches_pytorch_path():
     triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine
-
-
-def check_expert_layer_kernel():
-    # The persistent expert-layer kernel, one launch per phase (the interpreter runs programs
-    # one after another, so the barriers are left out), against the PyTorch path end to end.
-    from pi0_ros.engine import expert_layer, model
-    from pi0_ros.engine.config import ModelDims
-
-    dims = dataclasses.replace(ModelDims.tiny(), head_dim=32, expert_width=64,
-                               expert_mlp_dim=128, num_steps=3, image_size=112)
-    # Every projection split over K (two parts, summed by the last program of each tile).
-    kernel_configs.EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 2, 'block_n_o': 16,
-                                   'o_split': 2, 'block_n_mlp': 16, 'mlp_split': 2,
-                                   'down_split': 2, 'block_k': 16, 'att_block_m': 16,
-                                   'att_block_n': 16, 'keys_per_split': 32, 'merge_rows': 4,
-                                   'prefetch': True, 'num_warps': 4, 'num_stages': 2}
-    kernel_configs.EXPERT_LAYER_MAX_ROWS = 128
-    rng = np.random.default_rng(5)
-    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]
-    launches = []
-    kernel_launch = expert_layer.expert_stack
-
-    def counting_stack(*args, **kwargs):
-        launches.append(args[1].shape)
-        return kernel_launch(*args, **kwargs)
-
-    model.expert_layer.expert_stack = counting_stack
-    triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
-    assert len(launches) == dims.num_steps and launches[0] == (2, 51, 64), launches
-    assert torch.isfinite(triton_path).all()
-    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
-    assert cosine > 0.999, cosine
-    # A barrier that gave up (error flag set) poisons the chunk, so the engine rejects it.
-    sync = expert_layer.sync_buffer(4, torch.device('cpu'))
-    chunk = torch.zeros(1, 50, 32)
-    expert_layer.poison_on_error(sync, chunk)
-    assert torch.isfinite(chunk).all()
-    sync[0] = 1
-    expert_layer.poison_on_error(sync, chunk)
-    assert torch.isnan(chunk).all()
 
 
 if __name__ == '__main__':

@@ -589,7 +589,7 @@ def parse_collapsed(path):
 
 
 PRODUCT_FILES = ('engine.py', 'worker.py', 'model.py', 'kernels.py', 'preprocess.py', 'gemm.py',
-                 'attention.py', 'expert_layer.py', 'node.py', 'conversions.py', 'sync.py')
+                 'attention.py', 'node.py', 'conversions.py', 'sync.py')
 
 
 def worker_state(stack):

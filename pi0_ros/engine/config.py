@@ -107,9 +107,6 @@ class EngineOptions:
     max_frame_height: int = 1080
     max_frame_width: int = 1920
     seed: int = 0
-    # FP8 (e4m3) weight-only quantization of the action expert's projections, per-channel
-    # scales: the memory-bound denoiser streams half the weight bytes (off: exact half floats).
-    expert_fp8: bool = False
     # FP8 (e4m3) activations and weights, row-wise scales, for the prefix MLP's gate/up
     # projection (half of the compute-bound prefix's FLOPs) on FP8 tensor cores; CUDA GPUs of
     # compute capability 8.9+ (elsewhere emulated in float32, for tests). Off: half floats.

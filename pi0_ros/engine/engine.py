@@ -207,8 +207,7 @@ class Pi0Engine:
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length
         with torch.inference_mode(False), torch.no_grad():
             self.weights = build_weights(get_tensor, dims, self.dtype, self.device,
-                                         self._prefix_length, expert_fp8=options.expert_fp8,
-                                         prefix_fp8=options.prefix_fp8,
+                                         self._prefix_length, prefix_fp8=options.prefix_fp8,
                                          prefix_fp8_layers=options.prefix_fp8_layers)
             self._allocate()
         self._slot_instructions = [None] * options.max_batch

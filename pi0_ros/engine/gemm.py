@@ -32,13 +32,13 @@ if triton is not None:
     from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
 
     @triton.jit
-    def _skinny_linear_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, out_ptr, n_rows,
-                              k_per_split, up_offset, stride_xm, stride_wn, stride_om, stride_os,
+    def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n_rows, k_per_split,
+                              up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               rows_per_group, stride_xg, stride_og, accumulate_scale,
                               GELU_MUL: tl.constexpr, SILU: tl.constexpr,
-                              HAS_BIAS: tl.constexpr, W_SCALE: tl.constexpr,
-                              PARTIAL: tl.constexpr, ACCUMULATE: tl.constexpr,
-                              ATOMIC: tl.constexpr, FLOAT32: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                              ACCUMULATE: tl.constexpr, ATOMIC: tl.constexpr,
+                              FLOAT32: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
                               LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
@@ -66,21 +66,16 @@ if triton is not None:
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         for _ in range(0, k_per_split, BLOCK_K):
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
-            # FP8 weights are widened to the activations' type in registers (weight-only).
-            w = tl.load(w_ptrs).to(x.dtype)
+            w = tl.load(w_ptrs)
             if FLOAT32:  # three TF32 products: float32 accuracy on the tensor cores
                 acc = tl.dot(x, tl.trans(w), acc, input_precision='tf32x3')
             else:
                 acc = tl.dot(x, tl.trans(w), acc)
             if GELU_MUL:
-                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs).to(x.dtype)), acc_up)
+                acc_up = tl.dot(x, tl.trans(tl.load(up_ptrs)), acc_up)
                 up_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-        if W_SCALE:
-            acc *= tl.load(w_scale_ptr + cols)[None, :]
-            if GELU_MUL:
-                acc_up *= tl.load(w_scale_ptr + up_offset + cols)[None, :]
         if HAS_BIAS:
             acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
         if GELU_MUL:
@@ -229,7 +224,7 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.shape[1] % 16 == 0 and weight.shape[0] % 32 == 0)
 
 
-def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor = None,
                   gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
                   out: torch.Tensor = None, accumulate_scale: float = None,
                   atomic_add: bool = False) -> torch.Tensor:
@@ -240,15 +235,12 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     splits K (add them up: add_rms_norm and rope_qkv take them as they are). With gelu_mul,
     weight is [gate; up] ([2F, K]) and the result is gelu_tanh(gate) * up, [M, F]; silu
     applies x * sigmoid(x) to the result. float32 inputs multiply at float32 accuracy (three
-    TF32 products each). weight may be an Fp8Weight (weight-only FP8: widened in registers,
-    scaled per channel). x may also be a [B,R,K] view with any batch stride; out, if given
+    TF32 products each). x may also be a [B,R,K] view with any batch stride; out, if given
     ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
     out += accumulate_scale * result (float32). With atomic_add, every program adds its share
     (its K split's partial sum) into out (float32) with atomics, in no fixed order, whatever
     the split: nothing is left for a consumer to add up.
     """
-    scale = weight.scale if isinstance(weight, Fp8Weight) else None
-    weight = weight.data if isinstance(weight, Fp8Weight) else weight
     groups, per_group, depth = x.shape if x.dim() == 3 else (1, *x.shape)
     rows = groups * per_group
     n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
@@ -285,14 +277,14 @@ def skinny_linear(x: torch.Tensor, weight, *, bias: torch.Tensor = None,
     pdl = kernels.use_pdl(x)
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
     _skinny_linear_kernel[grid](
-        x, weight, scale if scale is not None else weight, bias if bias is not None else weight,
-        out, rows, k_per_split, n_out, x3.stride(1), weight.stride(0),
+        x, weight, bias if bias is not None else weight, out, rows, k_per_split, n_out,
+        x3.stride(1), weight.stride(0),
         n_out if partial else out3.stride(1), rows * n_out if partial else 0, per_group,
         x3.stride(0),
         per_group * n_out if partial else out3.stride(0),
         0.0 if accumulate_scale is None else float(accumulate_scale),
-        GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, W_SCALE=scale is not None,
-        PARTIAL=partial, ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
+        GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, PARTIAL=partial,
+        ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
@@ -429,7 +421,7 @@ def _gelu_mul(gate_up: torch.Tensor, fp8_out: bool = False):
     return hidden
 
 
-def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
+def linear(x: torch.Tensor, weight: torch.Tensor, *, gelu_mul: bool = False,
            add_into: torch.Tensor = None) -> 'torch.Tensor | None':
     """
     Project x by a Gemma layer's weight, with the fastest measured kernel.
@@ -437,18 +429,14 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
     The skinny kernel where it applies (few rows), the GELU * up GEMM for gate/up where it was
     measured faster (many rows), else PyTorch.
 
-    weight is a tensor [N, K] or an Fp8Weight. The result may be float32 partial sums [S, M, N]
-    (see skinny_linear); consumers accept both. add_into (float32 [M, N], the residual stream):
+    weight is a tensor [N, K]. The result may be float32 partial sums [S, M, N] (see
+    skinny_linear); consumers accept both. add_into (float32 [M, N], the residual stream):
     where the skinny kernel splits K over at most kernel_configs.SKINNY_ATOMIC_MAX_ROWS rows, its
     programs add their sums into it with atomics and None is returned; otherwise the result is
     returned for the caller to add.
     """
-    fp8 = isinstance(weight, Fp8Weight)
     if use_skinny(x, weight):
         config = config_for(x.shape[0], weight, gelu_mul)
-        if config is None and fp8:  # cuBLAS has no weight-only FP8: the kernel still runs
-            n_out = weight.shape[0] // 2 if gelu_mul else weight.shape[0]
-            config = heuristic_config(x.shape[0], n_out, weight.shape[1], gelu_mul)
         if config is not None and supports(x.shape[0], weight, config, gelu_mul):
             if (add_into is not None and not gelu_mul and config.split_k > 1
                     and x.shape[0] <= kernel_configs.SKINNY_ATOMIC_MAX_ROWS):
@@ -457,7 +445,5 @@ def linear(x: torch.Tensor, weight, *, gelu_mul: bool = False,
             return skinny_linear(x, weight, gelu_mul=gelu_mul, config=config)
     if gelu_mul and (config := use_gelu_mul_gemm(x, weight)) is not None:
         return gelu_mul_gemm(x, weight, config)
-    if fp8:
-        weight = weight.dequantize(x.dtype)
     y = F.linear(x, weight)
     return _gelu_mul(y) if gelu_mul else y

@@ -123,21 +123,6 @@ GELU_MUL_WARPS = 4
 GELU_MUL_GEMM = {}
 
 
-# The action expert's layers as one persistent launch each (expert_layer.py: phases separated by
-# grid-wide barriers) for at most this many rows (51 per observation; 0 = never), else the fused
-# kernels above. H200 (session 6, benchmarks/ledger.json record exp-persistent-expert-layer):
-# slower, 51.6 vs 36.9 us per layer at batch 1 (a barrier costs ~0.9 us, a PDL kernel boundary
-# 0.75, and each phase about what the kernels it replaces cost), so off.
-EXPERT_LAYER_MAX_ROWS = 0
-
-# Tiles of that kernel (expert_layer.ExpertLayerConfig). 8 warps: with 4, ptxas needs more
-# than 255 registers per thread and spills (sm_90, Triton 3.6).
-EXPERT_LAYER = {'block_n_qkv': 16, 'qkv_split': 1, 'block_n_o': 16, 'o_split': 2,
-                'block_n_mlp': 32, 'mlp_split': 1, 'down_split': 2, 'block_k': 128,
-                'att_block_m': 32, 'att_block_n': 64, 'keys_per_split': 128, 'merge_rows': 4,
-                'prefetch': True, 'num_warps': 8, 'num_stages': 3}
-
-
 def _attention(block_m, block_n, keys_per_split, num_warps, num_stages, merge_rows=1) -> dict:
     return {'block_m': block_m, 'block_n': block_n, 'keys_per_split': keys_per_split,
             'num_warps': num_warps, 'num_stages': num_stages, 'merge_rows': merge_rows}

@@ -60,14 +60,13 @@ def _nbytes(shape, dtype: torch.dtype) -> int:
 
 
 def weight_bytes(dims: ModelDims, num_cameras: int, dtype: torch.dtype,
-                 expert_fp8: bool = False, prefix_fp8: bool = False,
-                 prefix_fp8_layers=()) -> int:
+                 prefix_fp8: bool = False, prefix_fp8_layers=()) -> int:
     """Bytes of the fused weights, built on the meta device (no memory used)."""
     shapes = lerobot_parameter_shapes(dims)
     prefix_length = num_cameras * dims.tokens_per_image + dims.tokenizer_max_length
     weights = build_weights(lambda key: torch.empty(shapes[key], device='meta'), dims, dtype,
-                            torch.device('meta'), prefix_length, expert_fp8=expert_fp8,
-                            prefix_fp8=prefix_fp8, prefix_fp8_layers=prefix_fp8_layers)
+                            torch.device('meta'), prefix_length, prefix_fp8=prefix_fp8,
+                            prefix_fp8_layers=prefix_fp8_layers)
     return sum(t.numel() * t.element_size() for t in weights.tensors())
 
 
@@ -154,7 +153,7 @@ def estimate_memory(dims: ModelDims, num_cameras: int, options: EngineOptions,
     """Estimate the GPU memory of an engine built with these options (largest bucket used)."""
     largest = batch_buckets(options.max_batch, options.batch_buckets)[-1]
     return MemoryEstimate(
-        weights=weight_bytes(dims, num_cameras, dtype, options.expert_fp8, options.prefix_fp8,
+        weights=weight_bytes(dims, num_cameras, dtype, options.prefix_fp8,
                              options.prefix_fp8_layers),
         buffers=buffer_bytes(dims, num_cameras, options, dtype),
         workspace=workspace_bytes(dims, num_cameras, largest, dtype, options.prefix_fp8,

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from pi0_ros.engine import expert_layer, gemm, kernel_configs, kernels
+from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import attention, key_bias, self_attention
 from pi0_ros.engine.config import ModelDims
 
@@ -41,11 +41,12 @@ class GemmaLayer:
     """
     One Gemma decoder layer; RMSNorm scales folded into qkv / gate_up (o/mlp None if unused).
 
-    Each weight is a tensor [N, K] in the compute dtype or a gemm.Fp8Weight.
+    Each weight is a tensor [N, K] in the compute dtype; the MLP's may be a gemm.Fp8Weight
+    (the FP8 prefix MLP, EngineOptions.prefix_fp8).
     """
 
-    qkv_w: 'torch.Tensor | gemm.Fp8Weight'
-    out_w: 'torch.Tensor | gemm.Fp8Weight | None'
+    qkv_w: torch.Tensor
+    out_w: 'torch.Tensor | None'
     gate_up_w: 'torch.Tensor | gemm.Fp8Weight | None'
     down_w: 'torch.Tensor | gemm.Fp8Weight | None'
 
@@ -182,28 +183,13 @@ def rope_tables(dims: ModelDims, length: int, device) -> tuple:
     return angle.cos().to(device), angle.sin().to(device)
 
 
-def random_expert_layers(dims: ModelDims, depth: int, generator: torch.Generator,
-                         dtype: torch.dtype = torch.bfloat16) -> list:
-    """Return depth GemmaLayers of random expert-shaped weights (1/sqrt(fan-in) scale)."""
-    def weight(n_out, n_in):
-        return (torch.randn(n_out, n_in, device=generator.device, generator=generator)
-                * n_in ** -0.5).to(dtype)
-
-    width, heads, dim, mlp = (dims.expert_width, dims.expert_heads, dims.head_dim,
-                              dims.expert_mlp_dim)
-    return [GemmaLayer(weight((heads + 2) * dim, width), weight(width, heads * dim),
-                       weight(2 * mlp, width), weight(width, mlp)) for _ in range(depth)]
-
-
 def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device,
-                  prefix_length: int, expert_fp8: bool = False,
-                  prefix_fp8: bool = False, prefix_fp8_layers=()) -> Pi0Weights:
+                  prefix_length: int, prefix_fp8: bool = False,
+                  prefix_fp8_layers=()) -> Pi0Weights:
     """
     Fuse LeRobot-named float tensors (``get(key)`` -> tensor on device) into Pi0Weights.
 
     Fusion runs in float32 (float64 for the tiny action-side products) and casts once. With
-    expert_fp8, the action expert's projections are stored as FP8 with per-channel scales
-    (weight-only: the denoiser streams half the bytes; activations stay in dtype). With
     prefix_fp8, the prefix MLP's gate/up weights (and down, with kernel_configs.FP8_PREFIX_DOWN)
     are FP8 with per-channel scales, multiplied by FP8 activations (see _gemma_stack), in the
     layers prefix_fp8_layers (all if empty).
@@ -238,15 +224,13 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
     post_w, post_b = g(v + 'post_layernorm.weight'), g(v + 'post_layernorm.bias')
     proj_w, proj_b = g(PROJECTOR_PREFIX + 'weight'), g(PROJECTOR_PREFIX + 'bias')
 
-    def gemma_layers(prefix, keep_last_full, fp8=False, fp8_mlp_layers=()):
-        store = gemm.Fp8Weight.quantize if fp8 else cast
+    def gemma_layers(prefix, keep_last_full, fp8_mlp_layers=()):
         layers = []
         for i in range(d.prefix_depth):
             p = f'{prefix}layers.{i}.'
             fp8_mlp = i in fp8_mlp_layers
-            store_gate_up = gemm.Fp8Weight.quantize if fp8 or fp8_mlp else cast
-            store_down = (gemm.Fp8Weight.quantize if fp8 or (fp8_mlp
-                                                             and kernel_configs.FP8_PREFIX_DOWN)
+            store_gate_up = gemm.Fp8Weight.quantize if fp8_mlp else cast
+            store_down = (gemm.Fp8Weight.quantize if fp8_mlp and kernel_configs.FP8_PREFIX_DOWN
                           else cast)
             in_scale = 1.0 + g(p + 'input_layernorm.weight')
             last_kv_only = (i == d.prefix_depth - 1) and not keep_last_full
@@ -254,13 +238,13 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
             qkv_w = torch.cat([g(f'{p}self_attn.{n}_proj.weight') for n in names])
             if last_kv_only:
                 # The prefix output of the last layer is never used: only its K/V matter.
-                layers.append(GemmaLayer(store(qkv_w * in_scale[None, :]), None, None, None))
+                layers.append(GemmaLayer(cast(qkv_w * in_scale[None, :]), None, None, None))
                 continue
             post_scale = 1.0 + g(p + 'post_attention_layernorm.weight')
             gate_up = torch.cat([g(p + 'mlp.gate_proj.weight'), g(p + 'mlp.up_proj.weight')])
             layers.append(GemmaLayer(
-                qkv_w=store(qkv_w * in_scale[None, :]),
-                out_w=store(g(p + 'self_attn.o_proj.weight')),
+                qkv_w=cast(qkv_w * in_scale[None, :]),
+                out_w=cast(g(p + 'self_attn.o_proj.weight')),
                 gate_up_w=store_gate_up(gate_up * post_scale[None, :]),
                 down_w=store_down(g(p + 'mlp.down_proj.weight'))))
         return layers
@@ -269,7 +253,7 @@ def build_weights(get, dims: ModelDims, dtype: torch.dtype, device: torch.device
         LANGUAGE_PREFIX, keep_last_full=False,
         fp8_mlp_layers=(set(prefix_fp8_layers or range(d.prefix_depth)) if prefix_fp8
                         else ()))
-    expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True, fp8=expert_fp8)
+    expert_layers = gemma_layers(EXPERT_PREFIX, keep_last_full=True)
 
     # Action side (float32, tiny): fold action_in_proj into the action half of action_time_mlp_in
     # and precompute the time half (+ biases) for each Euler step.
@@ -498,32 +482,13 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     steps = range(dims.num_steps) if steps is None else steps
     x_t = out  # integrated in place
     x_t.copy_(noise)
-    layers = w.expert_layers
-    # One persistent launch per expert layer where it runs (expert_layer.py), else the stack
-    # of fused kernels.
-    persistent = expert_layer.supported(layers, b * suffix, dims.expert_width,
-                                        dims.expert_heads, dims.head_dim, dims.expert_mlp_dim,
-                                        cache_k.dtype, noise.device)
-    if persistent:
-        sync = expert_layer.sync_buffer(dims.num_steps * len(layers), noise.device)
-        scratch = expert_layer.workspace(layers, x, dims.expert_heads, dims.head_dim, length)
     for step in steps:
         act = gemm.action_linear(x_t, w.action_time_w, w.step_bias[step], silu=True)
         gemm.action_linear(act, w.action_mlp_out_w, w.action_mlp_out_b, out=x[:, 1:])
         x[:, 0].copy_(state_token)
-        if persistent:
-            expert_layer.expert_stack(layers, x, dims.rms_norm_eps, dims.expert_heads,
-                                      dims.head_dim, cos, sin, cache_k, cache_v, length, bias,
-                                      sync, step * len(layers), scratch=scratch,
-                                      before_layer=before_layer)
-            kernels.add_rms_norm(x.view(-1, dims.expert_width), None,
-                                 normed.view(-1, dims.expert_width), dims.rms_norm_eps)
-        else:
-            _gemma_stack(layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
-                         length, bias, state_keys=length + 1, final_out=normed,
-                         before_layer=before_layer)
+        _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
+                     length, bias, state_keys=length + 1, final_out=normed,
+                     before_layer=before_layer)
         # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
         gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
                            accumulate_scale=dt)
-    if persistent:
-        expert_layer.poison_on_error(sync, out)

@@ -52,9 +52,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--state-dim', type=int, default=14)
     parser.add_argument('--action-dim', type=int, default=14)
     parser.add_argument('--no-cuda-graphs', action='store_true')
-    parser.add_argument('--fp8-expert', action='store_true',
-                        help="FP8 weight-only quantization of the action expert's projections "
-                             '(--check then reports its accuracy in bf16/fp16)')
     parser.add_argument('--fp8-prefix', action='store_true',
                         help="FP8 activations and weights for the prefix MLP's gate/up "
                              'projection (--check then reports its accuracy in bf16/fp16)')
@@ -72,8 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--kernel-config', action='append', default=[], metavar='NAME=VALUE',
                         help='set a switch (0/1), number or name in '
                              'pi0_ros.engine.kernel_configs, e.g. PREFETCH_WEIGHTS_MAX_ROWS=0 '
-                             'or BLAS_LIBRARY=none, or an entry of one of its tables, e.g. '
-                             'EXPERT_LAYER.num_warps=4; repeatable')
+                             'or BLAS_LIBRARY=none; repeatable')
     parser.add_argument('--skip-lerobot', action='store_true')
     parser.add_argument('--check', action='store_true',
                         help='equivalence vs LeRobot fp32 (cosine / max-abs per precision)')
@@ -302,7 +298,7 @@ def engine_options(args, max_batch: int) -> EngineOptions:
                       and int(b) < max_batch} | {max_batch}) if args.buckets else ()
     return EngineOptions(precision=args.precision, device=args.device, max_batch=max_batch,
                          batch_buckets=tuple(buckets),
-                         cuda_graphs=not args.no_cuda_graphs, expert_fp8=args.fp8_expert,
+                         cuda_graphs=not args.no_cuda_graphs,
                          pipelined_upload=not args.no_pipelined_upload,
                          overlap_first_step=not args.no_overlap_first_step,
                          **prefix_fp8_options(args))
@@ -412,7 +408,6 @@ def memory_sweep(args, dims: ModelDims, max_batches: list) -> dict:
 def comparison_options(args, precision: str, max_batch: int = 1) -> EngineOptions:
     """Return the timed engine's options at the precision of a comparison with LeRobot."""
     return dataclasses.replace(engine_options(args, max_batch), precision=precision,
-                               expert_fp8=args.fp8_expert and precision != 'fp32',
                                **prefix_fp8_options(args, precision))
 
 
@@ -515,8 +510,7 @@ def profile_kernels(args, dims: ModelDims, out: Path, batch: int = 1) -> None:
     """torch.profiler table (CUDA time per kernel) of one eager call of `batch` observations."""
     from torch.profiler import profile, ProfilerActivity
     options = EngineOptions(precision=args.precision, device=args.device, cuda_graphs=False,
-                            expert_fp8=args.fp8_expert, max_batch=batch,
-                            **prefix_fp8_options(args))
+                            max_batch=batch, **prefix_fp8_options(args))
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
                               num_cameras=args.cameras, options=options)
     frames = make_frames(args, batch, seed=3)
@@ -596,16 +590,12 @@ def plot(report: dict, out: Path) -> list:
 
 
 def apply_kernel_config(setting: str) -> None:
-    """Set NAME=VALUE (switch, number or name; none = None) or NAME.KEY=VALUE in kernel_configs."""
+    """Set NAME=VALUE (switch, number or name; none = None) in kernel_configs."""
     name, _, value = setting.partition('=')
-    name, _, key = name.strip().partition('.')
-    table = getattr(kernel_configs, name, None)
-    if key and isinstance(table, dict) and key in table:
-        holder, field, current = table, key, table[key]
-    elif not key and hasattr(kernel_configs, name):
-        holder, field, current = None, name, table
-    else:
+    name = name.strip()
+    if not hasattr(kernel_configs, name):
         raise SystemExit(f'--kernel-config: {setting!r} names no entry of kernel_configs')
+    current = getattr(kernel_configs, name)
     if isinstance(current, bool):
         parsed = value.strip().lower() in ('1', 'true', 'on', 'yes')
     elif isinstance(current, int):
@@ -615,10 +605,7 @@ def apply_kernel_config(setting: str) -> None:
     else:
         raise SystemExit(f'--kernel-config: {setting!r} is not a switch, number or name in '
                          'kernel_configs')
-    if holder is None:
-        setattr(kernel_configs, field, parsed)
-    else:
-        holder[field] = parsed
+    setattr(kernel_configs, name, parsed)
 
 
 def main(argv=None) -> int:
