@@ -145,6 +145,7 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'rate error': status.control_rate_error,
              'period jitter p99 ms': jitter_s * 1e3,
              'actions skipped (latency)': status.actions_skipped,
+             'commands on chunk arrival': counters['commands_on_chunk'],
              'commands blocked': counters['commands_blocked']}),
         diagnostic_status(
             f'{name}: inputs', WARN if recent else OK, inputs_message,

@@ -46,6 +46,9 @@ from pi0_ros.worker import InferenceWorker, Observation, WorkerState
 
 NODE_NAME = 'pi0_ros'
 LOG_THROTTLE_S = 2.0
+# With publish_on_chunk, a chunk that arrives less than this before the next control tick waits
+# for that tick: an extra command would gain less than it costs.
+CHUNK_TICK_MIN_LEAD_S = 0.002
 
 _ENGINE_STATES = {
     WorkerState.STARTING: PolicyStatus.ENGINE_IDLE,
@@ -125,6 +128,8 @@ class Pi0ControlNode(LifecycleNode):
         self._control_thread = None
         self.control_thread_error = None
         self._entities = []
+        self._control_timer = None
+        self._chunk_arrived = None  # guard condition: a chunk for the control stage arrived
         self._rejection_loggers = {}
         # The operator's e-stop and disable outlive cleanup and configure, as they outlive
         # deactivate and activate: only ~/enable(true) clears them.
@@ -261,7 +266,7 @@ class Pi0ControlNode(LifecycleNode):
         self._counters = {'observations_synced': 0, 'observations_dropped': 0,
                           'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
                           'chunks_discarded': 0, 'inputs_rejected': 0, 'commands_published': 0,
-                          'commands_blocked': 0}
+                          'commands_on_chunk': 0, 'commands_blocked': 0}
         self._rejections = {}
 
     def _create_interfaces(self, settings):
@@ -329,11 +334,17 @@ class Pi0ControlNode(LifecycleNode):
         self._status_pub = self.create_publisher(PolicyStatus, '~/status', REPORT_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                       REPORT_QOS)
+        self._control_timer = self.create_timer(period, self.control_timer_callback,
+                                                callback_group=output)
+        chunk_arrived = self.create_guard_condition(self.chunk_arrived_callback,
+                                                    callback_group=output)
         self._entities += [
-            self.create_timer(period, self.control_timer_callback, callback_group=output),
+            self._control_timer, chunk_arrived,
             self.create_timer(1.0 / settings.status_rate, self.status_timer_callback,
                               callback_group=reports),
         ]
+        with self._lock:
+            self._chunk_arrived = chunk_arrived
         self._start_control_thread(output, settings.control_thread_priority)
         # A backward jump of the ROS clock (sim time reset) leaves every buffered input stamped
         # in the future; without a reset the node would hold until the clock passes them again.
@@ -425,9 +436,13 @@ class Pi0ControlNode(LifecycleNode):
             if not self._worker.stop(worker_stop_timeout):
                 self._lingering_worker = self._worker
             self._worker = None
+        with self._lock:
+            self._chunk_arrived = None
+        self._control_timer = None
         for entity in self._entities:
             destroy = {'Subscription': self.destroy_subscription, 'Service': self.destroy_service,
-                       'Timer': self.destroy_timer}[type(entity).__name__]
+                       'Timer': self.destroy_timer,
+                       'GuardCondition': self.destroy_guard_condition}[type(entity).__name__]
             destroy(entity)
         self._entities = []
         for name in ('_trajectory_pub', '_chunk_pub', '_status_pub', '_diagnostics_pub'):
@@ -631,23 +646,47 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             # The worker checks the epoch too; one that changed while this result was on its
             # way (a clock jump, a new instruction) is checked here, under the node's lock.
-            if result.observation.epoch == self._epoch:
-                self._pending_results.append(result)
-            else:
+            if result.observation.epoch != self._epoch:
                 self._counters['chunks_discarded'] += 1
+                return
+            self._pending_results.append(result)
+            if self._settings.publish_on_chunk and self._chunk_arrived is not None:
+                self._chunk_arrived.trigger()  # chunk_arrived_callback, on the control thread
 
     # Output (timer, fixed rate) ------------------------------------------------------------
     def control_timer_callback(self):
         """Publish the next trajectory points; hold when anything is stale or unsafe."""
         with self._output_lock:
-            if not self._control_tick():
+            if not self._control_tick(periodic=True):
                 self._output_rate.reset()  # nothing published: no rate to report
 
-    def _control_tick(self):
+    def chunk_arrived_callback(self):
+        """
+        With publish_on_chunk, publish for a chunk that just arrived, between two control ticks.
+
+        The planner's points lie on a fixed time grid whatever the time of the step, so a step
+        here continues the plan exactly as the next tick would; the ticks keep their period.
+        """
+        timer = self._control_timer
+        if timer is None:
+            return
+        until_tick = timer.time_until_next_call()
+        if until_tick is not None and until_tick * 1e-9 < CHUNK_TICK_MIN_LEAD_S:
+            return  # the tick takes the chunk
+        with self._output_lock:
+            with self._lock:
+                if not self._pending_results:
+                    return  # a tick took it meanwhile
+            if self._control_tick(periodic=False):
+                with self._lock:
+                    self._counters['commands_on_chunk'] += 1
+
+    def _control_tick(self, periodic):
+        """One step of the output stage; return whether a command was published."""
         now = self._now()
         with self._lock:
             if not self._active or now <= 0.0:
-                return
+                return False
             # Only chunks for the current instruction and time base: one may have changed
             # since a result arrived.
             results = [result for result in self._pending_results
@@ -669,7 +708,7 @@ class Pi0ControlNode(LifecycleNode):
             if not enabled or estop or not self._start_plan(now, latest_joint, joint_state_time):
                 with self._lock:
                     self._counters['chunks_discarded'] += len(results)  # no plan to take them
-                return
+                return False
         # Mode changes first, so a chunk arriving on the tick that enables the output is kept.
         if estop:
             if self._planner.state is not PlannerState.ESTOP:
@@ -690,7 +729,7 @@ class Pi0ControlNode(LifecycleNode):
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
             published = self._publish_points(points)
-            if published:
+            if published and periodic:
                 self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
         # The chunks' reports go out after the command, so that they never delay it.
         for result, chunk in chunks:

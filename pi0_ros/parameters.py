@@ -101,6 +101,11 @@ SPECS = {
                                      'controller runs it on the node time grid and drops one '
                                      'that ends in the past; needs both on one ROS clock); '
                                      'false: stamp 0, started when it arrives'),
+    'publish_on_chunk': Spec(False, 'Also publish the moment a chunk is accepted, so that its '
+                                    'first command does not wait up to one control period for '
+                                    'the next tick (the fixed-rate ticks go on unchanged: the '
+                                    'controller then receives control_rate plus the chunk rate '
+                                    'messages per second)', dynamic=True),
     'blend_duration': Spec(0.2, 'Seconds over which a new chunk is blended into the executing '
                                 'one', 0.0, 5.0, dynamic=True),
     'temporal_ensembling': Spec(False, 'Average overlapping chunks (ACT-style) instead of '
@@ -197,6 +202,7 @@ class Settings:
     chunk_dt: float
     points_per_message: int
     stamp_trajectories: bool
+    publish_on_chunk: bool
     blend_duration: float
     temporal_ensembling: bool
     ensembling_decay: float

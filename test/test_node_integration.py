@@ -10,6 +10,8 @@ from lifecycle_msgs.srv import ChangeState
 import numpy as np
 import psutil
 import pytest
+from rcl_interfaces.srv import SetParameters
+from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, String
@@ -369,3 +371,47 @@ def test_cleanup_and_configure_again_restart_the_control_timer(
     output = harness.process.output()
     assert output.count(line) == 2, output[-3000:]
     assert 'did not stop' not in output
+
+
+@pytest.mark.parametrize('priority', [10, 0])
+def test_publish_on_chunk_sends_each_chunk_at_once_and_keeps_the_ticks_period(
+        start_process, ros_node, priority):
+    """With publish_on_chunk a chunk is published when it arrives, between the fixed ticks."""
+    rate = 5.0  # a long period, so that a chunk waiting for the tick would be obvious
+    harness = ControlNodeHarness(start_process, ros_node, parameters={
+        'control_rate': rate, 'publish_on_chunk': True, 'control_thread_priority': priority})
+    harness.feeder.say('pick up the red cube')
+    harness.wait_following()
+    ros = harness.ros
+    commands, chunks = len(harness.trajectories), len(harness.chunks)
+    start = time.monotonic()
+    ros.spin_for(6.0)
+    elapsed = time.monotonic() - start
+    window = [msg for _, msg in harness.trajectories[commands:]]
+    new_chunks = harness.chunks[chunks:]
+    assert len(new_chunks) >= 5, harness.process.output()[-3000:]
+    for msg in window:
+        check_command(msg)
+    # Every accepted chunk adds one command to the ticks' (a chunk that arrives within 2 ms of
+    # a tick waits for it, and one at either end of the window may fall outside it).
+    extra = len(window) - elapsed * rate
+    assert extra >= 0.8 * len(new_chunks) - 2, (len(window), elapsed, len(new_chunks))
+    status = harness.latest_status()
+    assert abs(status.control_rate_hz - rate) / rate < 0.05  # the ticks keep their period
+    output = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
+              for s in array.status if s.name.endswith(': output')][-1]
+    assert int(output['commands on chunk arrival']) >= len(new_chunks) * 0.8
+    # Off again (a live parameter): commands only at the ticks.
+    client = ros_node.node.create_client(SetParameters, 'pi0_ros/set_parameters')
+    assert client.wait_for_service(timeout_sec=5.0)
+    future = client.call_async(SetParameters.Request(parameters=[
+        Parameter('publish_on_chunk', value=False).to_parameter_msg()]))
+    assert ros.spin_until(future.done, 10.0, harness.process)
+    assert future.result().results[0].successful
+    ros.spin_for(0.5)
+    commands, chunks = len(harness.trajectories), len(harness.chunks)
+    start = time.monotonic()
+    ros.spin_for(4.0)
+    elapsed = time.monotonic() - start
+    assert len(harness.chunks) - chunks >= 3
+    assert len(harness.trajectories) - commands <= elapsed * rate + 1

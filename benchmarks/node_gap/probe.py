@@ -5,14 +5,16 @@ Where the control node's inference milliseconds go (issue 30), measured in one p
 
 The control node (pi0_ros.node.Pi0ControlNode, unchanged) runs in this process; timing wrappers
 are monkeypatched around methods of the worker, the engine and the node (no product file is
-changed). The soak's own feeder processes (python -m pi0_ros.tools.soak --feeder cameras|joints) feed
-it. Phases, in this order (each skipped when the time budget is spent):
+changed). The soak's own feeder processes (python -m pi0_ros.tools.soak --feeder
+cameras|joints) feed it. Phases, in this order (each skipped when the time budget is spent):
   A_all3         the bench's batch-1 call (python -m pi0_ros.tools.bench's time_engine: new frames,
                  all 3 encoded in the call) on the node's own engine, back to back, no feeders
   A_last_cam     2 cameras encoded ahead (encode_frames), the last in the call (the node's case)
   A_all_ahead    every camera encoded ahead, none in the call
   A_paced        A_last_cam paced at the camera rate, GPU idle in between (clocks, idle effects)
   B_soak         the GPU soak's load: 3 x 640x480 rgb8 at 30 Hz, joint states at 500 Hz
+  B_on_chunk     the same with publish_on_chunk: a chunk's first command goes out when it
+                 arrives instead of at the next control tick (reaction)
   B_pyspy        the same while py-spy samples this process (all / active / GIL-holding stacks)
   B_niceflip     the same with the inference thread's niceness flipped: 0 -> 10, or any
                  other value -> 0 (the node's inference_niceness; default 0 since 2f669fa)
@@ -50,8 +52,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # the repository root (pi0_ros)
 
 INSTRUCTION = 'pick up the red block and put it in the bowl'  # pi0_ros.tools.bench.INSTRUCTION
-PHASES = ('A_all3', 'A_last_cam', 'A_all_ahead', 'A_paced', 'B_soak', 'B_pyspy', 'B_niceflip',
-          'B_switch5ms', 'C_joints50', 'C_cams5', 'C_inject_j500', 'C_inject_quiet')
+PHASES = ('A_all3', 'A_last_cam', 'A_all_ahead', 'A_paced', 'B_soak', 'B_on_chunk', 'B_pyspy',
+          'B_niceflip', 'B_switch5ms', 'C_joints50', 'C_cams5', 'C_inject_j500', 'C_inject_quiet')
 MS = 1e3
 
 
@@ -63,7 +65,8 @@ def parse_args(argv=None):
     parser.add_argument('--precision', default='bf16')
     parser.add_argument('--budget', type=float, default=420.0,
                         help='seconds this script may take; phases that do not fit are skipped')
-    parser.add_argument('--bench-json', default='', help="python -m pi0_ros.tools.bench's bench.json")
+    parser.add_argument('--bench-json', default='',
+                        help="python -m pi0_ros.tools.bench's bench.json")
     parser.add_argument('--pyspy', default='', help='py-spy binary (else a Python sampler)')
     parser.add_argument('--phases', default=','.join(PHASES))
     parser.add_argument('--camera-rate', type=float, default=30.0)
@@ -91,9 +94,9 @@ def parse_args(argv=None):
 
 def seconds(args, name):
     """Length of a measured phase (s)."""
-    base = {'warm': 10, 'B_soak': 45, 'B_pyspy': 15, 'B_niceflip': 20, 'B_switch5ms': 15,
-            'C_joints50': 20, 'C_cams5': 30, 'C_inject_j500': 20, 'C_inject_quiet': 15,
-            'settle': 4}[name]
+    base = {'warm': 10, 'B_soak': 45, 'B_on_chunk': 30, 'B_pyspy': 15, 'B_niceflip': 20,
+            'B_switch5ms': 15, 'C_joints50': 20, 'C_cams5': 30, 'C_inject_j500': 20,
+            'C_inject_quiet': 15, 'settle': 4}[name]
     return max(2.0 if name == 'settle' else 3.0, base * args.scale)
 
 
@@ -412,11 +415,11 @@ class Probe:
 
         original_tick = Pi0ControlNode._control_tick
 
-        def control_tick(self):
+        def control_tick(self, *args, **kwargs):
             probe.tls.tick = []
             start = time.perf_counter()
             try:
-                return original_tick(self)
+                return original_tick(self, *args, **kwargs)
             finally:
                 probe.callbacks[probe.phase]['control_tick'].append(time.perf_counter() - start)
                 probe.tls.tick = None
@@ -733,7 +736,7 @@ class Runner:
     def start_node(self):
         from pi0_ros.tools.domain import claim_domain_id
         from pi0_ros.tools.processes import (copy_to_environ, fastdds_profile_env,
-                                       FASTDDS_PROFILE_VARIABLE, ros_args)
+                                             FASTDDS_PROFILE_VARIABLE, ros_args)
         args = self.args
         self.env = dict(os.environ, ROS_DOMAIN_ID=str(claim_domain_id()), PYTHONUNBUFFERED='1')
         self.env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -924,6 +927,13 @@ class Runner:
             return False
         return True
 
+    def set_node_parameter(self, name, value):
+        """Set one of the node's parameters (as a live change through its callback)."""
+        from rclpy.parameter import Parameter
+        result = self.node.set_parameters([Parameter(name, value=value)])[0]
+        if not result.successful:
+            raise RuntimeError(f'{name}: {result.reason}')
+
     def wait_following(self, timeout):
         from pi0_ros.control import PlannerState
         end = time.monotonic() + timeout
@@ -1016,6 +1026,12 @@ class Runner:
             self.summary['errors'].append('the node did not follow within the warm-up')
         if self.fits('B_soak', seconds(args, 'B_soak')):
             self.measure('B_soak')
+        if self.fits('B_on_chunk', seconds(args, 'B_on_chunk') + 2):
+            self.set_node_parameter('publish_on_chunk', True)
+            try:
+                self.measure('B_on_chunk', {'publish_on_chunk': True})
+            finally:
+                self.set_node_parameter('publish_on_chunk', False)
         if self.fits('B_pyspy', seconds(args, 'B_pyspy') + 10):
             self.pyspy_phase()
         tid = self.probe.worker_tid
@@ -1263,16 +1279,18 @@ class Runner:
             tail.append(f"  {item['ms_per_inference']:6.2f} ms/inf (on-CPU {item['on_cpu_ms']:.2f}"
                         f", GIL {item['holding_gil_ms']:.2f}, off-CPU {item['off_cpu_ms']:.2f})  "
                         f"{item['line']}")
-        soak = self.summary['phases'].get('B_soak', {})
-        parts = [(label, soak.get(field, {}).get('p50')) for label, field in (
-            ('stamp->last frame callback', 'dds_ms'),
-            ('callback->submit', 'callback_to_submit_ms'),
-            ('wait', 'wait_ms'), ('worker', 'worker_ms'), ('result->tick', 'result_to_accept_ms'),
-            ('tick->publish', 'accept_to_publish_ms'))]
-        if soak.get('reaction_ms'):
-            tail.append(f"B_soak reaction p50 {soak['reaction_ms']['p50']:.2f} ms; parts "
-                        '(p50 each): '
-                        + ', '.join(f'{k} {v:.2f}' for k, v in parts if v is not None))
+        for phase in ('B_soak', 'B_on_chunk'):
+            soak = self.summary['phases'].get(phase, {})
+            parts = [(label, soak.get(field, {}).get('p50')) for label, field in (
+                ('stamp->last frame callback', 'dds_ms'),
+                ('callback->submit', 'callback_to_submit_ms'),
+                ('wait', 'wait_ms'), ('worker', 'worker_ms'),
+                ('result->tick', 'result_to_accept_ms'),
+                ('tick->publish', 'accept_to_publish_ms'))]
+            if soak.get('reaction_ms'):
+                tail.append(f"{phase} reaction p50 {soak['reaction_ms']['p50']:.2f} ms; parts "
+                            '(p50 each): '
+                            + ', '.join(f'{k} {v:.2f}' for k, v in parts if v is not None))
         gap = self.summary.get('gap_p50') or {}
         if gap:
             tail.append('gaps (p50, ms): ' + ', '.join(f'{k} {v:+.2f}' for k, v in gap.items()))
