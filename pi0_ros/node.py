@@ -8,7 +8,7 @@ creates the ROS interfaces; activate starts commanding; deactivate brakes to a h
 the engine. Subscription callbacks only convert, validate and store; inference runs on the worker
 thread; commands are published by a fixed-rate timer in its own callback group.
 """
-from collections import Counter, deque
+from collections import deque
 import dataclasses
 import os
 import sys
@@ -24,28 +24,22 @@ from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
-from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
 
 from pi0_ros import diagnostics
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, PlannerConfig,
                              PlannerState, validate_trajectory)
-from pi0_ros.conversions import (build_joint_trajectory, compressed_to_rgb, float64_array,
-                                 image_to_rgb, InputRejected, JointStateMapper,
-                                 stamp_to_nanoseconds, stamp_to_seconds, validate_instruction)
+from pi0_ros.conversions import build_joint_trajectory, float64_array
 from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
                                ThreadBoundCallbackGroup)
+from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
-from pi0_ros.qos import (AnyPublisherSubscription, COMMAND_QOS, REPORT_QOS, sensor_qos,
-                         warn_incompatible_publishers)
-from pi0_ros.sync import ApproximateTimeSync, JointStateBuffer
-from pi0_ros.worker import InferenceWorker, Observation, WorkerState
+from pi0_ros.qos import COMMAND_QOS, REPORT_QOS
+from pi0_ros.worker import InferenceWorker, WorkerState
 
 NODE_NAME = 'pi0_ros'
-LOG_THROTTLE_S = 2.0
 # With publish_on_chunk, a chunk that arrives less than this before the next control tick waits
 # for that tick: an extra command would gain less than it costs.
 CHUNK_TICK_MIN_LEAD_S = 0.002
@@ -107,11 +101,6 @@ def build_engine(settings):
                             state_mean=mean, state_std=std, action_mean=mean, action_std=std)
 
 
-def _no_later_than(stamp, now):
-    """Return an input's stamp capped at its arrival time now (once the ROS clock runs)."""
-    return min(stamp, now) if now > 0.0 else stamp
-
-
 class Pi0ControlNode(LifecycleNode):
     """Lifecycle node driving an arm with Pi0 action chunks."""
 
@@ -130,7 +119,12 @@ class Pi0ControlNode(LifecycleNode):
         self._entities = []
         self._control_timer = None
         self._chunk_arrived = None  # guard condition: a chunk for the control stage arrived
-        self._rejection_loggers = {}
+        # Cameras, joint states, instruction and e-stop: subscribed, converted, validated and
+        # stored by NodeInputs, which tells the node through these callbacks. now goes through
+        # self._now at each call (a replaced _now applies to the inputs too).
+        self._inputs = NodeInputs(self, self._lock, now=lambda: self._now(),
+                                  on_frame=self._offer_frame, on_observation=self._on_observation,
+                                  on_epoch=self._set_worker_epoch, on_estop=self._latch_estop)
         # The operator's e-stop and disable outlive cleanup and configure, as they outlive
         # deactivate and activate: only ~/enable(true) clears them.
         self._estop_latched = False
@@ -247,27 +241,23 @@ class Pi0ControlNode(LifecycleNode):
         self._active = False
         self._planner = None
         self._planner_initialized = False
-        self._instruction = None
-        self._epoch = 0
-        self._time_base = 0  # counts backward clock jumps (inputs read across one are dropped)
-        self._last_matched_stamp = None  # of the newest set handed on (sets arrive in order)
+        self._inputs.reset()
         self._restart_plan = False
         self._commanding = False  # the last control tick published a command
         self._start_refused = None  # why the measured joints could not start the plan
         self._pending_results = deque(maxlen=4)  # results not yet consumed by the timer
-        self._last_observation_stamp = None
-        self._last_joint_state_time = None
-        self._frames_received = Counter()  # frames received per camera index
         self._chunk_sequence = 0
         self._output_rate = diagnostics.RateMeter()
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
-        self._skews = deque(maxlen=200)
-        self._last_rejection = -float('inf')  # monotonic time of the newest rejected input
-        self._counters = {'observations_synced': 0, 'observations_dropped': 0,
-                          'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
-                          'chunks_discarded': 0, 'inputs_rejected': 0, 'commands_published': 0,
+        # The inputs count theirs (observations synced and dropped, inputs rejected).
+        self._counters = {'actions_skipped': 0, 'chunks_produced': 0, 'chunks_rejected': 0,
+                          'chunks_discarded': 0, 'commands_published': 0,
                           'commands_on_chunk': 0, 'commands_blocked': 0}
-        self._rejections = {}
+
+    @property
+    def _epoch(self):
+        """Return the inputs' epoch: results of an older one are dropped (read under the lock)."""
+        return self._inputs.epoch
 
     def _create_interfaces(self, settings):
         joints = settings.joint_names
@@ -282,49 +272,14 @@ class Pi0ControlNode(LifecycleNode):
                           temporal_ensembling=settings.temporal_ensembling,
                           ensembling_decay=settings.ensembling_decay),
             self._limits)
-        self._sync = ApproximateTimeSync(len(settings.camera_names), settings.sync_queue_size,
-                                         settings.sync_max_skew)
-        self._joint_buffer = JointStateBuffer(
-            capacity=400, max_gap=settings.joint_state_max_gap,
-            max_extrapolation=settings.joint_state_max_extrapolation,
-            max_velocity=self._limits.max_velocity)
-        self._joint_mapper = JointStateMapper(joints, self._limits.max_velocity)
+        self._inputs.configure(settings, self._limits.max_velocity, self._entities)
 
-        # Joint states never wait behind a camera frame; each camera converts on its own. The
-        # control timer's group gets a real-time thread of its own where permitted
+        # The control timer's group gets a real-time thread of its own where permitted
         # (_start_control_thread).
-        joint_group = MutuallyExclusiveCallbackGroup()
-        commands_group = MutuallyExclusiveCallbackGroup()
         output = ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
-
-        def warn(topic):
-            return warn_incompatible_publishers(self.get_logger(), topic, LOG_THROTTLE_S)
-
-        camera_qos = sensor_qos(settings.camera_reliability)
-        for index, (name, topic, transport) in enumerate(zip(
-                settings.camera_names, settings.camera_topics, settings.camera_transports)):
-            msg_type = CompressedImage if transport == 'compressed' else Image
-            self._entities.append(self.create_subscription(
-                msg_type, topic,
-                lambda msg, i=index, n=name: self.image_callback(i, n, msg),
-                camera_qos, callback_group=MutuallyExclusiveCallbackGroup(),
-                event_callbacks=warn(topic)))
-        # The e-stop and the instruction are heard from any publisher: a latched one (also when
-        # it published before this node started) and a default-QoS one alike.
-        self._entities += [
-            self.create_subscription(JointState, 'joint_states', self.joint_state_callback,
-                                     sensor_qos(settings.joint_state_reliability),
-                                     callback_group=joint_group,
-                                     event_callbacks=warn('joint_states')),
-            *AnyPublisherSubscription(self, String, 'instruction', self.instruction_callback,
-                                      commands_group, incompatible=warn('instruction'),
-                                      best_effort=False).subscriptions,
-            *AnyPublisherSubscription(self, Bool, '~/estop', self.estop_callback,
-                                      commands_group, incompatible=warn('~/estop')).subscriptions,
-            self.create_service(SetBool, '~/enable', self.enable_callback,
-                                callback_group=reports),
-        ]
+        self._entities.append(self.create_service(SetBool, '~/enable', self.enable_callback,
+                                                  callback_group=reports))
         self._trajectory_pub = self.create_lifecycle_publisher(JointTrajectory,
                                                                'joint_trajectory', COMMAND_QOS)
         self._chunk_pub = self.create_lifecycle_publisher(ActionChunk, '~/action_chunk',
@@ -400,15 +355,8 @@ class Pi0ControlNode(LifecycleNode):
     def clock_jump_callback(self, jump):
         """Drop inputs and in-flight results of the old time base after a backward jump."""
         with self._lock:
-            self._sync.clear()
-            self._joint_buffer.clear()
-            self._last_observation_stamp = None
-            self._last_joint_state_time = None
-            self._last_matched_stamp = None
+            epoch = self._inputs.new_time_base()
             self._pending_results.clear()
-            self._epoch += 1
-            self._time_base += 1
-            epoch = self._epoch
             self._output_rate.reset()  # its stamps are on the old time base
         if self._worker is not None:
             self._worker.set_epoch(epoch)
@@ -454,101 +402,41 @@ class Pi0ControlNode(LifecycleNode):
                     self.destroy_lifecycle_publisher(publisher)
                 setattr(self, name, None)
 
-    # Time and bad input --------------------------------------------------------------------
+    # Time ----------------------------------------------------------------------------------
     def _now(self):
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def _reject(self, error, source):
-        """Count a rejected input and log it, throttled per reason."""
-        with self._lock:
-            self._counters['inputs_rejected'] += 1
-            self._last_rejection = time.monotonic()
-            key = f'{source}: {error.reason}'
-            self._rejections[key] = self._rejections.get(key, 0) + 1
-        logger = self._rejection_loggers.get(error.reason)
-        if logger is None:
-            logger = self.get_logger().get_child('input')
-            self._rejection_loggers[error.reason] = logger
-        logger.error(f'rejected {source} message: {error} (rejected so far: '
-                     f"{self._counters['inputs_rejected']})",
-                     throttle_duration_sec=LOG_THROTTLE_S)
-
-    def _check_stamp(self, stamp, now, max_age):
-        """Reject stamps far in the future or older than max_age (both on the ROS clock)."""
-        settings = self._settings
-        if now <= 0.0:
-            return  # the ROS clock has not started yet (use_sim_time before /clock)
-        if stamp > now + settings.max_future_stamp:
-            raise InputRejected('stamp in the future', f'{stamp - now:.3f} s ahead of the clock')
-        if stamp < now - max_age:
-            raise InputRejected('stamp too old', f'{now - stamp:.3f} s behind the clock')
-
-    # Inputs (convert, validate, store) -----------------------------------------------------
+    # Inputs (pi0_ros.inputs: convert, validate, store) -------------------------------------
+    # The subscriptions call NodeInputs; these hand it a message the same way.
     def image_callback(self, index, camera, msg):
-        """Convert one camera frame and offer it to the synchronizer."""
-        settings = self._settings
-        time_base = self._time_base  # before the clock is read (see _on_synchronized)
-        try:
-            if isinstance(msg, CompressedImage):
-                rgb = compressed_to_rgb(msg, settings.max_image_width, settings.max_image_height)
-            else:
-                rgb = image_to_rgb(msg, settings.max_image_width, settings.max_image_height)
-            stamp = stamp_to_seconds(msg.header.stamp)
-            self._check_stamp(stamp, self._now(), settings.observation_timeout)
-        except InputRejected as error:
-            self._reject(error, f'camera {camera}')
-            return
-        with self._lock:
-            # The arrival count tells apart two frames of one camera with the same stamp (the
-            # synchronizer keeps the later one; the engine must not reuse the earlier one's
-            # features for it).
-            self._frames_received[index] += 1
-            frame_key = (camera, stamp_to_nanoseconds(msg.header.stamp),
-                         self._frames_received[index])
+        """Handle one camera frame (NodeInputs.image_callback)."""
+        self._inputs.image_callback(index, camera, msg)
+
+    def joint_state_callback(self, msg):
+        """Handle a joint-state message (NodeInputs.joint_state_callback)."""
+        self._inputs.joint_state_callback(msg)
+
+    def instruction_callback(self, msg):
+        """Handle an instruction message (NodeInputs.instruction_callback)."""
+        self._inputs.instruction_callback(msg)
+
+    def estop_callback(self, msg):
+        """Handle an e-stop message (NodeInputs.estop_callback)."""
+        self._inputs.estop_callback(msg)
+
+    # What the inputs tell the node (called without the lock).
+    def _offer_frame(self, index, rgb, frame_key):
         worker = self._worker  # None once torn down (a callback may still be running)
         if self._active and worker is not None:
             # Encoded now if the inference thread is idle: off the critical path of the
             # observation this frame will belong to.
             worker.offer_frame(index, rgb, frame_key)
-        with self._lock:
-            if time_base != self._time_base:
-                return  # judged on the clock before a backward jump: not for the new buffers
-            matched = self._sync.add(index, stamp, (rgb, frame_key))
-            epoch = self._epoch
-        if matched is not None:
-            self._on_synchronized(matched, epoch)
 
-    def _on_synchronized(self, matched, epoch):
-        state = self._joint_buffer.at(matched.stamp)
+    def _on_observation(self, observation):
+        # A synchronized observation: to the worker while active, when inference is wanted.
         with self._lock:
-            if epoch != self._epoch:
-                return  # matched on the time base before a clock jump (or instruction change)
-            if self._last_matched_stamp is not None and matched.stamp <= self._last_matched_stamp:
-                return  # a newer set went ahead of it (callbacks on several threads)
-            self._last_matched_stamp = matched.stamp
-            self._skews.append(matched.skew)
-            if state is None or self._instruction is None:
-                self._counters['observations_dropped'] += 1
-                reason = ('no joint state at the observation stamp' if state is None
-                          else 'waiting for an instruction on the instruction topic')
-            else:
-                reason = None
-                self._counters['observations_synced'] += 1
-                # Its age counts from no later than now: a stamp ahead of the clock (within
-                # max_future_stamp) must not keep the observation fresh for longer.
-                self._last_observation_stamp = _no_later_than(matched.stamp, self._now())
-                # The set's stamp (the newest of its frames), exact to the nanosecond.
-                stamp_ns = max(item[1][1] for item in matched.items)
-                observation = Observation(
-                    stamp=matched.stamp, stamp_ns=stamp_ns,
-                    frames=tuple(item[0] for item in matched.items),
-                    frame_keys=tuple(item[1] for item in matched.items), state=state,
-                    instruction=self._instruction, epoch=self._epoch)
-            submit = self._active and reason is None and self._wants_inference()
-        if reason is not None:
-            self.get_logger().warning(f'observation dropped: {reason}',
-                                      throttle_duration_sec=LOG_THROTTLE_S)
-        elif submit and (worker := self._worker) is not None:
+            submit = self._active and self._wants_inference()
+        if submit and (worker := self._worker) is not None:
             worker.submit(observation)
 
     def _wants_inference(self):
@@ -560,56 +448,16 @@ class Pi0ControlNode(LifecycleNode):
             return False
         return self._planner.remaining_horizon(self._now()) <= settings.replan_horizon
 
-    def joint_state_callback(self, msg):
-        """Map joint states by name into the configured order and buffer them."""
-        time_base = self._time_base  # before the clock is read (see image_callback)
-        now = self._now()
-        try:
-            sample = self._joint_mapper.convert(msg)
-            self._check_stamp(sample.stamp, now, self._settings.joint_state_timeout + 1.0)
-        except InputRejected as error:
-            self._reject(error, 'joint_states')
-            return
-        if sample.ignored_velocities:
-            self.get_logger().warning(
-                f'joint_states: velocities ignored ({sample.ignored_velocities}); the positions '
-                'are used, held where extrapolated', throttle_duration_sec=LOG_THROTTLE_S)
-        with self._lock:
-            if time_base != self._time_base:
-                return  # judged on the clock before a backward jump
-            if self._joint_buffer.add(sample.stamp, sample.positions, sample.velocities):
-                # The newest stamp seen, not the last to arrive: a late sample must not make
-                # the joint states look stale; and no later than its arrival: a stamp ahead of
-                # the clock must not keep them fresh for longer.
-                fresh = _no_later_than(sample.stamp, now)
-                newest = self._last_joint_state_time
-                self._last_joint_state_time = fresh if newest is None else max(newest, fresh)
-
-    def instruction_callback(self, msg):
-        """Latch a new instruction; chunks computed for the previous one are discarded."""
-        try:
-            text = validate_instruction(msg.data, self._settings.max_instruction_length)
-        except InputRejected as error:
-            self._reject(error, 'instruction')
-            return
-        with self._lock:
-            if text == self._instruction:
-                return
-            self._instruction = text
-            self._epoch += 1
-            epoch = self._epoch
+    def _set_worker_epoch(self, epoch):
         if (worker := self._worker) is not None:
             worker.set_epoch(epoch)
-        self.get_logger().info(f"instruction (epoch {epoch}): '{text[:120]}'")
 
-    def estop_callback(self, msg):
-        """Latch a hold on a true e-stop message, until ~/enable is called with true."""
-        if msg.data:
-            with self._lock:
-                newly = not self._estop_latched
-                self._estop_latched = True
-            if newly:
-                self.get_logger().error('E-STOP latched: holding until ~/enable(true)')
+    def _latch_estop(self):
+        with self._lock:
+            newly = not self._estop_latched
+            self._estop_latched = True
+        if newly:
+            self.get_logger().error('E-STOP latched: holding until ~/enable(true)')
 
     def enable_callback(self, request, response):
         """
@@ -694,9 +542,9 @@ class Pi0ControlNode(LifecycleNode):
             self._counters['chunks_discarded'] += len(self._pending_results) - len(results)
             self._pending_results.clear()
             estop, enabled = self._estop_latched, self._enabled
-            latest_joint = self._joint_buffer.latest()
-            observation_stamp = self._last_observation_stamp
-            joint_state_time = self._last_joint_state_time
+            latest_joint = self._inputs.joint_buffer.latest()
+            observation_stamp = self._inputs.last_observation_stamp
+            joint_state_time = self._inputs.last_joint_state_time
             if self._restart_plan:
                 # Enabled again: a plan that stopped commanding (handed over) starts again from
                 # the measured joints; one still braking continues, without a velocity step.
@@ -748,7 +596,7 @@ class Pi0ControlNode(LifecycleNode):
         # Where the arm is now, extrapolated with its measured velocity (within
         # joint_state_max_extrapolation): an arm still moving is continued and braked, not
         # stopped within one point. Beyond that, at rest from the last measurement.
-        position = self._joint_buffer.at(now)
+        position = self._inputs.joint_buffer.at(now)
         if position is None:
             position, velocity = measured, None
         elif np.array_equal(self._limits.clamp_position(measured), measured):
@@ -847,8 +695,8 @@ class Pi0ControlNode(LifecycleNode):
     def _build_status(self, now, worker):
         settings = self._settings
         with self._lock:
-            counters = dict(self._counters)
-            observation_stamp = self._last_observation_stamp
+            counters = {**self._counters, **self._inputs.counters}
+            observation_stamp = self._inputs.last_observation_stamp
             estop, enabled = self._estop_latched, self._enabled
         # A latched e-stop or a disable shows before the planner has taken it (no plan started
         # yet: the planner still says 'not reset').
@@ -887,12 +735,13 @@ class Pi0ControlNode(LifecycleNode):
         return status
 
     def _build_diagnostics(self, status, worker):
+        inputs = self._inputs
         with self._lock:
-            rejections = dict(self._rejections)
-            skews = list(self._skews)
-            counters = dict(self._counters)
+            rejections = dict(inputs.rejections)
+            skews = list(inputs.skews)
+            counters = {**self._counters, **inputs.counters}
         # The newest rejection, the node's own (messages) or the engine's (observations).
-        age = time.monotonic() - max(self._last_rejection, worker.last_input_rejection)
+        age = time.monotonic() - max(inputs.last_rejection, worker.last_input_rejection)
         return diagnostics.node_diagnostics(
             self.get_fully_qualified_name(), status, worker, counters, rejections, skews,
             last_rejection_age_s=age, jitter_s=self._output_rate.jitter())
@@ -917,8 +766,7 @@ class Pi0ControlNode(LifecycleNode):
     def _apply_live_changes(self, changes):
         with self._lock:
             self._settings = dataclasses.replace(self._settings, **changes)
-            if 'sync_max_skew' in changes:
-                self._sync.max_skew = changes['sync_max_skew']
+            self._inputs.update_settings(self._settings)
         if 'blend_duration' in changes and self._planner is not None:
             self._planner.config = dataclasses.replace(self._planner.config,
                                                        blend_duration=changes['blend_duration'])

@@ -137,8 +137,9 @@ def test_a_late_joint_state_does_not_make_the_fresh_ones_look_stale(node):
     t = now(node)
     node.joint_state_callback(joint_state(t))
     node.joint_state_callback(joint_state(t - 1.0))            # delayed on the way, still valid
-    assert node._last_joint_state_time == pytest.approx(t, abs=1e-6)  # ns round trip
-    assert node._hold_reason(t + 0.01, t, node._last_joint_state_time) != 'joint states stale'
+    assert node._inputs.last_joint_state_time == pytest.approx(t, abs=1e-6)  # ns round trip
+    joint_state_time = node._inputs.last_joint_state_time
+    assert node._hold_reason(t + 0.01, t, joint_state_time) != 'joint states stale'
 
 
 def test_a_set_matched_before_an_epoch_change_is_not_submitted(node):
@@ -149,14 +150,14 @@ def test_a_set_matched_before_an_epoch_change_is_not_submitted(node):
     # set whose stamps differ by that rounding is not final yet (the first set waits).
     stamp = stamp_to_seconds(seconds_to_stamp(t))
     with node._lock:
-        matched = node._sync.add(2, stamp, (np.full((48, 64, 3), 50, np.uint8),
-                                            ('wrist', 0, 1)))
+        matched = node._inputs.sync.add(2, stamp, (np.full((48, 64, 3), 50, np.uint8),
+                                                   ('wrist', 0, 1)))
         epoch = node._epoch
     assert matched is not None
     node.instruction_callback(String(data='place it'))         # the epoch changes meanwhile
-    node._on_synchronized(matched, epoch)
+    node._inputs.on_synchronized(matched, epoch)
     assert submissions.observations == []
-    node._on_synchronized(matched, node._epoch)                # on the current epoch: submitted
+    node._inputs.on_synchronized(matched, node._epoch)         # on the current epoch: submitted
     assert [o.epoch for o in submissions.observations] == [node._epoch]
 
 
@@ -283,15 +284,15 @@ def test_a_stamp_ahead_of_the_clock_does_not_keep_the_inputs_fresh_for_longer(no
     # A camera or joint-state clock 0.45 s ahead (within max_future_stamp, 0.5 s): their age
     # counts from their arrival, so the watchdogs fire after the timeouts, as without skew.
     submissions, t = instructed(node, 0.45)
-    joint_time = node._last_joint_state_time
+    joint_time = node._inputs.last_joint_state_time
     assert joint_time <= now(node)
     for index, camera in enumerate(CAMERAS):
         node.image_callback(index, camera, frame(50, t + 0.45, camera))
-    node._on_synchronized(SimpleNamespace(stamp=t + 0.45, skew=0.0, items=[
+    node._inputs.on_synchronized(SimpleNamespace(stamp=t + 0.45, skew=0.0, items=[
         (np.zeros((48, 64, 3), np.uint8), (camera, 0, 9)) for camera in CAMERAS]), node._epoch)
-    assert submissions.observations and node._last_observation_stamp <= now(node)
+    assert submissions.observations and node._inputs.last_observation_stamp <= now(node)
     later = joint_time + node._settings.joint_state_timeout + 0.01
-    assert node._hold_reason(later, node._last_observation_stamp,
+    assert node._hold_reason(later, node._inputs.last_observation_stamp,
                              joint_time) == 'joint states stale'
 
 
@@ -312,10 +313,10 @@ def test_inputs_judged_on_the_clock_before_a_backward_jump_are_not_buffered(node
 
     node._now = clock_then_jump
     node.joint_state_callback(joint_state(t))
-    assert len(node._joint_buffer) == 0 and node._last_joint_state_time is None
+    assert len(node._inputs.joint_buffer) == 0 and node._inputs.last_joint_state_time is None
     jumped.clear()
     node.image_callback(0, 'front', frame(50, t, 'front'))
-    assert node._sync.queued(0) == 0
+    assert node._inputs.sync.queued(0) == 0
 
 
 def test_a_set_older_than_one_already_handed_on_is_dropped(node):
@@ -326,8 +327,8 @@ def test_a_set_older_than_one_already_handed_on_is_dropped(node):
             (np.zeros((48, 64, 3), np.uint8), (camera, int(stamp * 1e9), 1))
             for camera in CAMERAS])
 
-    node._on_synchronized(matched(t), node._epoch)
-    node._on_synchronized(matched(t - 0.033), node._epoch)   # its thread ran late
+    node._inputs.on_synchronized(matched(t), node._epoch)
+    node._inputs.on_synchronized(matched(t - 0.033), node._epoch)   # its thread ran late
     assert [o.stamp for o in submissions.observations] == [t]
 
 
@@ -420,7 +421,7 @@ def fresh_tick(node):
     t = now(node)
     node.joint_state_callback(joint_state(t))
     with node._lock:
-        node._last_observation_stamp = t
+        node._inputs.last_observation_stamp = t
     node.control_timer_callback()
 
 
@@ -560,7 +561,7 @@ def test_an_observation_stamped_zero_has_an_age(node):
     # (-1, the value before any observation).
     assert node._build_status(now(node), node._worker).observation_age_s == -1.0
     with node._lock:
-        node._last_observation_stamp = 0.0
+        node._inputs.last_observation_stamp = 0.0
     t = now(node)
     assert node._build_status(t, node._worker).observation_age_s == t
 

@@ -224,6 +224,7 @@ class Probe:
         import torch
 
         from pi0_ros.engine.engine import Pi0Engine
+        from pi0_ros.inputs import NodeInputs
         from pi0_ros.node import Pi0ControlNode
         from pi0_ros.worker import InferenceWorker
         self.torch = torch
@@ -368,7 +369,7 @@ class Probe:
         InferenceWorker._encode_ahead = encode_ahead
 
         # Node: callbacks, result hand-over, the control tick that takes the chunk.
-        original_image_callback = Pi0ControlNode.image_callback
+        original_image_callback = NodeInputs.image_callback
 
         def image_callback(self, index, camera, msg):
             wall, start = time.time_ns(), time.perf_counter()
@@ -383,7 +384,7 @@ class Probe:
                 phase = probe.phase
                 probe.callbacks[phase]['image'].append(time.perf_counter() - start)
                 probe.lags[phase].append((wall - stamp_ns) / 1e6)
-        Pi0ControlNode.image_callback = image_callback
+        NodeInputs.image_callback = image_callback
 
         def count_duration(cls, name, kind):
             original = getattr(cls, name)
@@ -396,7 +397,7 @@ class Probe:
                     probe.callbacks[probe.phase][kind].append(time.perf_counter() - start)
             setattr(cls, name, wrapper)
 
-        count_duration(Pi0ControlNode, 'joint_state_callback', 'joint')
+        count_duration(NodeInputs, 'joint_state_callback', 'joint')
         count_duration(Pi0ControlNode, 'status_timer_callback', 'status')
 
         original_on_result = Pi0ControlNode._on_chunk_result
@@ -833,7 +834,7 @@ class Runner:
     # -- phases ----------------------------------------------------------------------------
     def counters(self):
         node = getattr(self, 'node', None)
-        out = dict(node._counters) if node is not None else {}
+        out = {**node._counters, **node._inputs.counters} if node is not None else {}
         worker = getattr(self, 'worker', None)
         if worker is not None:
             out.update({f'worker_{k}': v for k, v in worker.counters.items()})
@@ -1085,7 +1086,7 @@ class Runner:
         self.wait(seconds_, inject_rate=self.args.camera_rate if inject else None)
 
     def inject(self):
-        """Hand the worker an observation as image_callback + _on_synchronized would."""
+        """Hand the worker an observation as image_callback + on_synchronized would."""
         from pi0_ros.worker import Observation
         node, worker, probe = self.node, self.worker, self.probe
         if not hasattr(self, '_inject_pool'):
@@ -1109,14 +1110,14 @@ class Runner:
                 probe.arrivals[(name, stamp_ns)] = (time.time_ns(), time.perf_counter())
             worker.offer_frame(cam, frames[cam], key)
         stamp = stamp_ns * 1e-9
-        state = node._joint_buffer.at(stamp)
+        state = node._inputs.joint_buffer.at(stamp)
         with node._lock:
             if state is None:
                 state = self._inject_rest
-            node._last_observation_stamp = stamp
+            node._inputs.last_observation_stamp = stamp
             observation = Observation(stamp=stamp, stamp_ns=stamp_ns, frames=tuple(frames),
                                       frame_keys=tuple(keys), state=np.asarray(state),
-                                      instruction=node._instruction or INSTRUCTION,
+                                      instruction=node._inputs.instruction or INSTRUCTION,
                                       epoch=node._epoch)
         worker.submit(observation)
 
