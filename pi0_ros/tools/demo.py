@@ -70,6 +70,7 @@ class Recorder:
         self.command_times = []
         self.measured = []      # (receive time, positions)
         self.latencies_ms = []  # (receive time, the chunk's inference time in ms)
+        self.chunks = []  # (receive time, receive time on the ROS clock, Chunk in joint order)
         self.statuses = []
         self.status_times = []  # receive time of each status
         self.frames = {}
@@ -98,8 +99,15 @@ class Recorder:
         received = time.monotonic()
         self.latencies_ms.append((received, msg.total_ms))
         stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self.observation_to_command_ms.append(
-            (received, (self._clock.now().nanoseconds - stamp_ns) * 1e-6))
+        now_ns = self._clock.now().nanoseconds
+        self.observation_to_command_ms.append((received, (now_ns - stamp_ns) * 1e-6))
+        from pi0_ros.control import Chunk
+        try:
+            index = [list(msg.joint_names).index(n) for n in self.joint_names]
+            actions = np.asarray(msg.actions, dtype=np.float64).reshape(msg.horizon, -1)[:, index]
+            self.chunks.append((received, now_ns * 1e-9, Chunk(stamp_ns * 1e-9, msg.dt, actions)))
+        except ValueError:  # joints missing or a ragged chunk: no seam measured for it
+            pass
 
     def trajectory_callback(self, msg):
         now = time.monotonic()
@@ -174,6 +182,51 @@ def status_line(elapsed, duration, recorder):
             f'inference p50 {status.inference_latency_p50_ms:6.1f} ms | observation age '
             f'{status.observation_age_s * 1e3:6.0f} ms | chunks {status.chunks_produced:4d} | '
             f'{state:<28}')
+
+
+def seam_summary(recorder, limits, control_rate, node_parameters, window):
+    """
+    Measure the chunk hand-overs of the window (pi0_ros.control.seams).
+
+    The chunks are replayed through a planner configured as the node was (blending or temporal
+    ensembling), taking them at their receive times on the ROS clock.
+    """
+    from pi0_ros.control import JointLimits, PlannerConfig
+    from pi0_ros.control.seams import evaluate_seams
+    from pi0_ros.parameters import SPECS
+
+    def setting(name):
+        return node_parameters.get(name, SPECS[name].default)
+
+    period = 1.0 / control_rate
+    config = PlannerConfig(control_period=period, point_spacing=period,
+                           points_per_message=setting('points_per_message'),
+                           blend_duration=setting('blend_duration'),
+                           temporal_ensembling=setting('temporal_ensembling'),
+                           ensembling_decay=setting('ensembling_decay'))
+    start, end = window
+    arrivals = [(ros_time, chunk) for received, ros_time, chunk in recorder.chunks
+                if start <= received <= end]
+    planner_limits = JointLimits(*(np.asarray(getattr(limits, name), dtype=np.float64)
+                                   for name in ('position_lower', 'position_upper',
+                                                'max_velocity', 'max_acceleration')),
+                                 names=limits.names)
+    seams = evaluate_seams(arrivals, config, planner_limits)
+
+    def stats(key):
+        values = np.array([s[key] for s in seams if s[key] is not None])
+        if not values.size:
+            return None
+        return {'mean': float(values.mean()), 'p50': float(np.percentile(values, 50)),
+                'p90': float(np.percentile(values, 90)), 'max': float(values.max())}
+    return {'count': len(seams),
+            'overlap_steps_mean': float(np.mean([s['overlap_steps'] for s in seams]))
+            if seams else None,
+            'position_rms': stats('position_rms'), 'velocity_rms': stats('velocity_rms'),
+            'reference_acceleration_ratio': stats('reference_acceleration'),
+            'chunk_acceleration_ratio': stats('chunk_acceleration'),
+            'over_acceleration_limit': int(sum(s['reference_acceleration'] > 1.0 for s in seams)),
+            'seams': seams}
 
 
 def summarize(recorder, limits, control_rate, window):
@@ -397,6 +450,8 @@ def main(argv=None):
         rclpy.try_shutdown()
 
     summary = summarize(recorder, limits, args.control_rate, window)
+    summary['seams'] = seam_summary(recorder, limits, args.control_rate,
+                                    dict(args.node_parameter), window)
     summary.update({'duration_s': window[1] - window[0], 'checkpoint': args.checkpoint or None,
                     'device': args.device, 'instruction': args.instruction,
                     'cameras': cameras, 'node_parameters': dict(args.node_parameter),
