@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
-from pi0_ros.engine.config import RTC_SCHEDULES, RTCOptions, RTCRequest
-from pi0_ros.engine.errors import InputError
+from pi0_ros.engine import EngineOptions, InputError, ModelDims, Pi0Engine, RTCOptions, RTCRequest
+from pi0_ros.engine.config import RTC_SCHEDULES
 from pi0_ros.engine.lerobot_reference import (build_lerobot_policy, lerobot_predict,
                                               make_lerobot_processors, save_lerobot_checkpoint,
                                               set_lerobot_rtc)
@@ -439,6 +438,12 @@ def test_rtc_options_are_validated():
     with pytest.raises(ValueError):
         EngineOptions(rtc={'schedule': 'linear'})
     assert RTCOptions(schedule='EXP').schedule == 'EXP'  # LeRobot's names are taken too
+
+
+def test_memory_planner_keeps_the_rtc_options():
+    from pi0_ros.engine.memory import plan_max_batch
+    options = EngineOptions(device='cpu', rtc=RTCOptions(jacobian=True))
+    assert plan_max_batch(1 << 40, DIMS, CAMERAS, options, torch.float32, limit=4) == 4
 
 
 # ------------------------------------------------------------------------------------------
