@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 python3 -c 'import torch, transformers, lerobot; print(torch.__version__, transformers.__version__)'
 # conftest.py needs rclpy (not on the GPU machine); the engine tests need none of it.
 python3 -m pytest --noconftest -p no:cacheprovider -m gpu test/test_engine_gpu.py \
-  test/test_engine_kernels.py -q -s 2>&1 | tee "$OUT/gpu_tests.log"
+  test/test_engine_rtc.py test/test_engine_kernels.py -q -s 2>&1 | tee "$OUT/gpu_tests.log"
 BENCH=(--dims full --precision bf16 --device cuda --batches "${BATCHES:-1,2,3,4,6,8,12,16}"
        --iters "${ITERS:-100}" --lerobot-iters "${LEROBOT_ITERS:-20}" --check --profile
        --profile-batches "${PROFILE_BATCHES:-1,8}" --memory-sweep "${MEMORY_SWEEP:-1,2,4,8,16}"

@@ -30,7 +30,9 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'self_attention', 'resize_frames', 'fp8_rows',
-                                   'engine_triton_path_matches_pytorch_path'])
+                                   'engine_triton_path_matches_pytorch_path',
+                                   pytest.param('engine_guided_triton_path_matches_pytorch_path',
+                                                marks=pytest.mark.slow)])
 def test_kernel_in_the_interpreter(check):
     env = dict(os.environ, TRITON_INTERPRET='1', PI0_ROS_TRITON_ON_CPU='1')
     result = subprocess.run([sys.executable, str(CHECKS), check], env=env,

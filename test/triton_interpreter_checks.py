@@ -261,8 +261,12 @@ def check_fp8_rows():
     assert results[0][3].abs().amax(-1).sub(kernels.FP8_MAX).abs().max() < 1e-3
 
 
-def _triton_and_pytorch_actions(dims, frames) -> tuple:
-    """Actions of two observations from the Triton path (interpreter) and the PyTorch path."""
+def _triton_and_pytorch_actions(dims, frames, rtc=None) -> tuple:
+    """
+    Actions of two observations from the Triton path (interpreter) and the PyTorch path.
+
+    rtc: infer_batch's Real-Time Chunking requests (each result must say it was guided).
+    """
     from pi0_ros.engine import Pi0Engine
     from pi0_ros.engine.config import EngineOptions
 
@@ -278,7 +282,10 @@ def _triton_and_pytorch_actions(dims, frames) -> tuple:
         # Two observations: the batch strides of every view (stream rows, Euler update).
         results = engine.infer_batch([
             (frames, np.linspace(-1, 1, 6), 'pick up the cube', None, noise),
-            (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])])
+            (frames[::-1], np.linspace(1, -1, 6), 'open the drawer', None, noise[::-1])],
+            rtc=rtc)
+        if rtc is not None:
+            assert [r.rtc_applied for r in results] == [q is not None for q in rtc], results
         outputs.append(torch.from_numpy(np.stack([result.actions for result in results]))
                        .flatten().double())
     kernels.INTERPRET_ON_CPU = True
@@ -295,6 +302,24 @@ def check_engine_triton_path_matches_pytorch_path():
     # quarter of the interpreter's time (the step count and the image size change no branch).
     dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)
     triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
+    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
+    assert cosine > 0.999, cosine
+
+
+def check_engine_guided_triton_path_matches_pytorch_path():
+    """Real-Time Chunking's guided steps (the velocity written by the action kernel)."""
+    from pi0_ros.engine.config import ModelDims, RTCRequest
+
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]
+    dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)
+    prev = np.cumsum(rng.normal(scale=0.5, size=(30, 6)), axis=0).astype(np.float32)
+    triton_path, torch_path = _triton_and_pytorch_actions(
+        dims, frames, rtc=[RTCRequest(prev, 3, execution_horizon=20), None])
+    guided = triton_path.numel() // 2  # the first observation's actions
+    cosine = F.cosine_similarity(triton_path[:guided], torch_path[:guided], dim=0).item()
+    # (Guidance moves this chunk far: cosine 0.31 with the unguided one when checked.)
+    assert cosine > 0.999, cosine
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine
 

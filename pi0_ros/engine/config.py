@@ -1,7 +1,8 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Model dimensions, engine options and the inference result type."""
+"""Model dimensions, engine options, Real-Time Chunking requests and the inference result."""
 from dataclasses import dataclass, field
+import math
 
 import numpy as np
 
@@ -85,6 +86,65 @@ class ModelDims:
                    num_kv_heads=1, head_dim=16, vocab_size=512)
 
 
+# Prefix weight schedules of Real-Time Chunking (LeRobot's RTCAttentionSchedule, lower case).
+RTC_SCHEDULES = ('zeros', 'ones', 'linear', 'exp')
+
+
+@dataclass(frozen=True)
+class RTCOptions:
+    """
+    Real-Time Chunking (Black, Galliker, Levine 2025) guidance defaults of an engine.
+
+    schedule, max_guidance_weight and execution_horizon are the defaults of RTCRequest's
+    (LeRobot 0.6.1's RTCConfig defaults: LINEAR, 10.0, 10). jacobian picks the correction:
+    False (LeRobot 0.6.1): the velocity is treated as a constant of x_t, correction = the
+    weighted error; True (the paper, the Kinetix code): the vector-Jacobian product through
+    the action expert, error - t * J_v^T error (one backward pass of the expert per step).
+    """
+
+    schedule: str = 'linear'
+    max_guidance_weight: float = 10.0
+    execution_horizon: int = 10
+    jacobian: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.schedule, str) or self.schedule.lower() not in RTC_SCHEDULES:
+            raise ValueError(f'rtc schedule must be one of {RTC_SCHEDULES}, got '
+                             f'{self.schedule!r}')
+        weight = self.max_guidance_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not math.isfinite(weight) or weight <= 0:
+            raise ValueError('rtc max_guidance_weight must be a finite number > 0, got '
+                             f'{weight!r}')
+        horizon = self.execution_horizon
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f'rtc execution_horizon must be an integer >= 1, got {horizon!r}')
+        if not isinstance(self.jacobian, bool):
+            raise ValueError(f'rtc jacobian must be a bool, got {self.jacobian!r}')
+
+
+@dataclass(frozen=True)
+class RTCRequest:
+    """
+    Real-Time Chunking input of one observation (infer(rtc=...), infer_batch(rtc=[...])).
+
+    prev_chunk: the previous chunk's actions not yet executed when this observation was taken,
+    [T, action_dim] with 1 <= T <= chunk_size, in the model's normalized action space (the
+    `normalized_actions` of an earlier result, or Pi0Engine.normalize_actions of robot
+    units); row 0 is the action meant for this observation's time. inference_delay: the
+    actions that will have been executed by the time this chunk arrives (0..chunk_size).
+    execution_horizon, schedule and max_guidance_weight: None takes the engine's RTCOptions.
+    A request that cannot be used runs the observation without guidance and says why in
+    InferenceResult.rtc_reason; it never raises.
+    """
+
+    prev_chunk: object
+    inference_delay: int
+    execution_horizon: 'int | None' = None
+    schedule: 'str | None' = None
+    max_guidance_weight: 'float | None' = None
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     """Runtime options: precision, device, batch capacity, CUDA graphs, largest frame."""
@@ -122,6 +182,9 @@ class EngineOptions:
     # latency-bound step overlaps the compute-bound prefix (elsewhere after the prefix). The
     # prefix stage's time then includes that step, the denoise stage's the other nine.
     overlap_first_step: bool = True
+    # Real-Time Chunking defaults (RTCOptions). Set: its guided stages are captured at
+    # warm-up. None: RTCOptions() defaults, guided stages captured on the first guided call.
+    rtc: 'RTCOptions | None' = None
 
     def __post_init__(self):
         if self.precision not in ('auto', 'fp32', 'bf16', 'fp16'):
@@ -154,6 +217,8 @@ class EngineOptions:
                        or list(layers) != sorted(set(layers))):
             raise ValueError('prefix_fp8_layers must be increasing layer indices (>= 0) and '
                              f'needs prefix_fp8, got {self.prefix_fp8_layers!r}')
+        if self.rtc is not None and not isinstance(self.rtc, RTCOptions):
+            raise ValueError(f'rtc must be None or an RTCOptions, got {self.rtc!r}')
 
 
 def parse_layer_ranges(text: str) -> tuple:
@@ -181,8 +246,18 @@ def parse_layer_ranges(text: str) -> tuple:
 
 @dataclass
 class InferenceResult:
-    """One action chunk in robot units, with per-stage timings."""
+    """
+    One action chunk in robot units, with per-stage timings.
+
+    normalized_actions: the same chunk in the model's normalized action space [chunk,
+    action_dim] (what RTCRequest.prev_chunk takes). rtc_applied: whether Real-Time Chunking
+    guided this chunk; rtc_reason: why not, when a request was given and not used ('' when
+    applied or when none was given).
+    """
 
     actions: np.ndarray
     timings_ms: dict = field(default_factory=dict)
     vision_cache_hits: int = 0
+    normalized_actions: 'np.ndarray | None' = None
+    rtc_applied: bool = False
+    rtc_reason: str = ''

@@ -14,14 +14,15 @@ import numpy as np
 import torch
 
 from pi0_ros.engine import gemm, kernel_configs
-from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims
+from pi0_ros.engine.config import EngineOptions, InferenceResult, ModelDims, RTCOptions
 from pi0_ros.engine.errors import CheckpointError, EngineError, InputError, NonFiniteOutputError
 from pi0_ros.engine.kernels import use_triton
 from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_info,
                                     SafetensorsWeights)
-from pi0_ros.engine.model import (build_weights, denoise_forward, lerobot_parameter_shapes,
-                                  prefix_forward, vision_forward)
+from pi0_ros.engine.model import (build_weights, denoise_forward, Guidance,
+                                  lerobot_parameter_shapes, prefix_forward, vision_forward)
 from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
+from pi0_ros.engine.rtc import plan_guidance
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
 
 PRECISIONS = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -77,7 +78,10 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_prefix_valid': ((max_batch,), torch.int64),
         '_state': ((max_batch, d.max_state_dim), torch.float32),
         '_noise': chunk, '_after_first_step': chunk, '_chunk': chunk, '_cache_k': cache,
-        '_cache_v': cache}
+        '_cache_v': cache,
+        # Real-Time Chunking guidance (model.Guidance).
+        '_rtc_prev': chunk, '_rtc_weights': ((max_batch, d.chunk_size, 1), torch.float32),
+        '_rtc_guidance': ((max_batch, d.num_steps), torch.float32), '_rtc_velocity': chunk}
 
 
 def batch_buckets(max_batch: int, chosen=()) -> list:
@@ -189,6 +193,9 @@ class Pi0Engine:
         self._action_stats = action_stats
         self._state_denominator = (state_stats.std + np.float32(state_stats.eps)).astype(
             np.float32)
+        self._action_denominator = (action_stats.std + np.float32(action_stats.eps)).astype(
+            np.float32)
+        self._rtc_options = options.rtc if options.rtc is not None else RTCOptions()
         self._tokenizer = tokenizer
         self._closed = False
         self._lock = threading.Lock()
@@ -280,6 +287,12 @@ class Pi0Engine:
         self._host_noise = torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=pin)
         self._host_chunk = (torch.zeros(max_b, d.chunk_size, d.max_action_dim, pin_memory=True)
                             if pin else self._chunk)
+        self._host_rtc_prev = torch.zeros(max_b, d.chunk_size, d.max_action_dim,
+                                          pin_memory=pin)
+        self._host_rtc_weights = torch.zeros(max_b, d.chunk_size, 1, pin_memory=pin)
+        self._host_rtc_guidance = torch.zeros(max_b, d.num_steps, pin_memory=pin)
+        self._guidance = Guidance(self._rtc_prev, self._rtc_weights, self._rtc_guidance,
+                                  self._rtc_velocity, jacobian=self._rtc_options.jacobian)
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
@@ -367,10 +380,15 @@ class Pi0Engine:
     def _vision_stage(self, count: int) -> None:
         vision_forward(self.weights, self.dims, self._pixels[:count], self._vision_out[:count])
 
-    def _prefix_stage(self, shape: tuple) -> None:
+    def _overlaps_first_step(self, guided: bool) -> bool:
+        """Whether the prefix stage runs the first denoising step (not with the Jacobian)."""
+        return self.options.overlap_first_step and not (guided and self._guidance.jacobian)
+
+    def _prefix_stage(self, shape: tuple, guided: bool = False) -> None:
         batch, length = shape  # observations, prefix tokens (images + prompt bucket)
-        overlap = self.options.overlap_first_step
-        side = self._overlap_stream  # exists on CUDA with overlap_first_step only
+        overlap = self._overlaps_first_step(guided)
+        # The side stream exists on CUDA with overlap_first_step only.
+        side = self._overlap_stream if overlap else None
         after_kv = before_layer = None
         if side is not None:
             # Fork: the first denoising step needs the uploads queued before this stage, and
@@ -384,7 +402,7 @@ class Pi0Engine:
         if overlap:
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                 self._denoise_steps(shape, [0], self._noise, self._after_first_step,
-                                    before_layer)
+                                    before_layer, guided)
             if side is not None:
                 main.wait_stream(side)  # join
 
@@ -400,27 +418,33 @@ class Pi0Engine:
 
         return after_kv, before_layer
 
-    def _denoise_stage(self, shape: tuple) -> None:
-        if self.options.overlap_first_step:
+    def _denoise_stage(self, shape: tuple, guided: bool = False) -> None:
+        if self._overlaps_first_step(guided):
             self._denoise_steps(shape, range(1, self.dims.num_steps), self._after_first_step,
-                                self._chunk)
+                                self._chunk, None, guided)
         else:
-            self._denoise_steps(shape, range(self.dims.num_steps), self._noise, self._chunk)
+            self._denoise_steps(shape, range(self.dims.num_steps), self._noise, self._chunk,
+                                None, guided)
 
     def _denoise_steps(self, shape: tuple, steps, start: torch.Tensor, out: torch.Tensor,
-                       before_layer=None) -> None:
+                       before_layer=None, guided: bool = False) -> None:
         # Integrates from `start` into `out` (never in place across stages: a stage must give
         # the same result however often it runs, as graph capture runs it three times).
         batch, length = shape
         denoise_forward(self.weights, self.dims, start[:batch], self._state[:batch],
                         self._prefix_valid[:batch], self._key_mask[:batch, ..., :length],
                         self._cache_k, self._cache_v, out[:batch], steps=steps,
-                        before_layer=before_layer)
+                        before_layer=before_layer,
+                        guidance=self._guidance.rows(batch) if guided else None)
 
     def _stage_function(self, stage: str, size):
-        # size: frames for 'vision'; (batch bucket, prefix tokens) for 'prefix' and 'denoise'.
+        # size: frames for 'vision'; (batch bucket, prefix tokens) for the others. The
+        # guided stages run Real-Time Chunking (graphs of their own; the plain ones are
+        # unchanged by it).
         body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
-                'denoise': self._denoise_stage}[stage]
+                'denoise': self._denoise_stage,
+                'prefix_rtc': lambda shape: self._prefix_stage(shape, guided=True),
+                'denoise_rtc': lambda shape: self._denoise_stage(shape, guided=True)}[stage]
 
         def run():
             # The BLAS library is picked per GEMM when it is queued: graphs keep the capture's.
@@ -474,8 +498,11 @@ class Pi0Engine:
                         else [bucket * self.num_cameras]:
                     if ('vision', count) not in self._graphs:
                         self._warm_stage('vision', count)
+                stages = ('prefix', 'denoise')
+                if self.options.rtc is not None:
+                    stages += ('prefix_rtc', 'denoise_rtc')
                 for prompt in self._prompt_lengths:
-                    for stage in ('prefix', 'denoise'):
+                    for stage in stages:
                         self._warm_stage(stage, (bucket, self._image_tokens + prompt))
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
@@ -487,15 +514,23 @@ class Pi0Engine:
         else:
             self._stage_function(stage, size)()
 
-    def infer(self, frames, state, instruction, frame_keys=None, noise=None) -> InferenceResult:
-        """One observation -> InferenceResult (actions [chunk_size, action_dim] float32)."""
-        return self._infer([(frames, state, instruction, frame_keys)], [noise])[0]
+    def infer(self, frames, state, instruction, frame_keys=None, noise=None,
+              rtc=None) -> InferenceResult:
+        """
+        One observation -> InferenceResult (actions [chunk_size, action_dim] float32).
 
-    def infer_batch(self, observations) -> list:
+        rtc: an RTCRequest guides the chunk towards the previous one (Real-Time Chunking);
+        one that cannot be used runs without guidance (result.rtc_applied, rtc_reason).
+        """
+        return self._infer([(frames, state, instruction, frame_keys)], [noise], [rtc])[0]
+
+    def infer_batch(self, observations, rtc=None) -> list:
         """
         Several observations (frames, state, instruction, frame_keys) in one pass.
 
-        A fifth tuple element, if given, is that observation's noise (as for infer()).
+        A fifth tuple element, if given, is that observation's noise (as for infer()). rtc:
+        None, or one RTCRequest or None per observation (a list of another length runs every
+        observation without guidance, and each result says so).
         """
         observations = list(observations)
         if not observations:
@@ -508,7 +543,38 @@ class Pi0Engine:
                 raise InputError(f'observation {index} must be (frames, state, instruction'
                                  '[, frame_keys[, noise]])')
         padded = [tuple(o) + (None,) * (5 - len(o)) for o in observations]
-        return self._infer([o[:4] for o in padded], [o[4] for o in padded])
+        return self._infer([o[:4] for o in padded], [o[4] for o in padded],
+                           self._batch_requests(rtc, len(observations)))
+
+    @staticmethod
+    def _batch_requests(rtc, count: int) -> list:
+        """Return one request per observation, or a reason (str) that covers them all."""
+        if rtc is None:
+            return [None] * count
+        try:
+            requests = list(rtc)
+        except TypeError:
+            return ['rtc must be a sequence of one RTCRequest or None per observation, got '
+                    f'{type(rtc).__name__}'] * count
+        if len(requests) != count:
+            return [f'rtc has {len(requests)} entries for {count} observations'] * count
+        return requests
+
+    def normalize_actions(self, actions) -> np.ndarray:
+        """
+        Return actions in robot units [..., action_dim] in the model's normalized space.
+
+        (actions - mean) / (std + eps), float32, as LeRobot's normalizer encodes them: the
+        space of RTCRequest.prev_chunk and InferenceResult.normalized_actions. Only the
+        action_dim real dims: the model's padded dims are never encoded from robot units
+        (the engine pads them itself). Raises InputError if the last dim is not action_dim.
+        """
+        array = _as_float32('', 'actions', actions)
+        if array.ndim < 1 or array.shape[-1] != self.action_dim:
+            raise InputError(f'actions must have shape (..., {self.action_dim}), '
+                             f'got {array.shape}')
+        return ((array - self._action_stats.mean) / self._action_denominator).astype(
+            np.float32)
 
     def encode_frames(self, frames: dict, frame_keys: dict, slot: int = 0) -> int:
         """
@@ -670,16 +736,57 @@ class Pi0Engine:
         for slot, cam, key, _ in pending:
             self._slot_frame_keys[slot][cam] = key
 
-    def _infer(self, observations: list, noises: list) -> list:
+    def _infer(self, observations: list, noises: list, requests: list) -> list:
         self._check_open()
         call_start = time.perf_counter()
         checked = [self._validate(i, *obs, noise)
                    for i, (obs, noise) in enumerate(zip(observations, noises))]
+        # Real-Time Chunking requests are checked, never raise: [(plan or None, reason)].
+        plans = [(None, request) if isinstance(request, str)
+                 else plan_guidance(request, self.dims, self.action_dim, self._rtc_options)
+                 for request in requests]
         with self._lock, torch.inference_mode():
             self._check_open()
-            return self._infer_locked(checked, call_start)
+            return self._infer_locked(checked, plans, call_start)
 
-    def _infer_locked(self, checked: list, call_start: float) -> list:
+    def _load_guidance(self, plans: list, bucket: int) -> None:
+        """Fill the guidance buffers of the bucket's slots (zero weights: no guidance)."""
+        prev = self._host_rtc_prev.numpy()
+        weights = self._host_rtc_weights.numpy()
+        guidance = self._host_rtc_guidance.numpy()
+        prev[:bucket] = 0.0
+        weights[:bucket] = 0.0
+        guidance[:bucket] = 0.0
+        for slot, (plan, _) in enumerate(plans):
+            if plan is not None:
+                prev[slot] = plan.prev
+                weights[slot, :, 0] = plan.weights
+                guidance[slot] = plan.guidance
+        for device, host in ((self._rtc_prev, self._host_rtc_prev),
+                             (self._rtc_weights, self._host_rtc_weights),
+                             (self._rtc_guidance, self._host_rtc_guidance)):
+            device[:bucket].copy_(host[:bucket], non_blocking=True)
+
+    def _run_denoising(self, shape: tuple, batch: int, guided: bool, marks: dict) -> None:
+        """Run the prefix and denoise stages (guided or plain), with their marks and events."""
+        cuda = self._is_cuda
+        self._run_stage('prefix_rtc' if guided else 'prefix', shape)
+        marks['prefix'] = time.perf_counter()
+        if cuda:
+            self._events['prefix'].record()
+        self._run_stage('denoise_rtc' if guided else 'denoise', shape)
+        marks['denoise'] = time.perf_counter()
+        if cuda:
+            self._events['denoise'].record()
+            self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()  # the chunk and every event
+
+    def _unnormalize(self, chunk: np.ndarray) -> np.ndarray:
+        with np.errstate(over='ignore', invalid='ignore'):
+            return chunk[..., :self.action_dim] * self._action_stats.std \
+                + self._action_stats.mean
+
+    def _infer_locked(self, checked: list, plans: list, call_start: float) -> list:
         d = self.dims
         batch = len(checked)
         bucket = next(b for b in self._buckets if b >= batch)
@@ -748,24 +855,32 @@ class Pi0Engine:
         longest = int(self._host_prefix_valid[:batch].max()) - self._image_tokens
         shape = (bucket, self._image_tokens
                  + next(n for n in self._prompt_lengths if n >= longest))
-        self._run_stage('prefix', shape)
-        marks['prefix'] = time.perf_counter()
-        if cuda:
-            self._events['prefix'].record()
-        self._run_stage('denoise', shape)
-        marks['denoise'] = time.perf_counter()
-        if cuda:
-            self._events['denoise'].record()
-            self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()  # the chunk and every event
+        guided = any(plan is not None for plan, _ in plans)
+        if guided:
+            self._load_guidance(plans, bucket)
+        self._run_denoising(shape, batch, guided, marks)
         self._remember_frame_keys(pending)
         chunk = self._host_chunk[:batch].numpy()
+        reasons = [reason for _, reason in plans]
+        if guided:
+            # A guided chunk that is not finite (or overflows in robot units) is made again
+            # without guidance for its observation: bad guidance input never fails a call.
+            failed = [slot for slot, (plan, _) in enumerate(plans) if plan is not None
+                      and not (np.isfinite(chunk[slot]).all()
+                               and np.isfinite(self._unnormalize(chunk[slot])).all())]
+            if failed:
+                for slot in failed:
+                    plans[slot] = (None, None)
+                    reasons[slot] = 'the guided chunk was not finite; made without guidance'
+                guided = any(plan is not None for plan, _ in plans)
+                if guided:
+                    self._load_guidance(plans, bucket)
+                self._run_denoising(shape, batch, guided, marks)
+                chunk = self._host_chunk[:batch].numpy()
         if not np.isfinite(chunk).all():
             raise NonFiniteOutputError(f'the action chunk holds non-finite values '
                                        f'(precision {self.dtype}); no actions returned')
-        with np.errstate(over='ignore', invalid='ignore'):
-            actions = chunk[:, :, :self.action_dim] * self._action_stats.std \
-                + self._action_stats.mean
+        actions = self._unnormalize(chunk)
         if not np.isfinite(actions).all():
             raise NonFiniteOutputError('unnormalized actions overflowed; no actions returned')
         total = (time.perf_counter() - call_start) * 1e3
@@ -784,7 +899,11 @@ class Pi0Engine:
         self._stats['calls'] += 1
         self._stats['vision_cache_hits'] += sum(hits)
         return [InferenceResult(actions=np.array(actions[slot], dtype=np.float32),
-                                timings_ms=dict(timings), vision_cache_hits=hits[slot])
+                                timings_ms=dict(timings), vision_cache_hits=hits[slot],
+                                normalized_actions=np.array(chunk[slot, :, :self.action_dim],
+                                                            dtype=np.float32),
+                                rtc_applied=plans[slot][0] is not None,
+                                rtc_reason=reasons[slot])
                 for slot in range(batch)]
 
 

@@ -135,15 +135,59 @@ def lerobot_batch(frames, state, instruction, device) -> dict:
     return batch
 
 
+def set_lerobot_rtc(policy, schedule: str = 'linear', max_guidance_weight: float = 10.0,
+                    execution_horizon: int = 10, jacobian: bool = False) -> None:
+    """
+    Turn on LeRobot's Real-Time Chunking (RTCConfig + RTCProcessor) in a PI0Policy.
+
+    LeRobot 0.6.1's RTCProcessor.denoise_step computes the velocity before it makes x_t
+    require gradients, so its autograd correction is the weighted error alone (the velocity
+    is a constant of x_t). jacobian=True makes x_t require gradients before the velocity is
+    computed, which restores the paper's vector-Jacobian product in the same code.
+    """
+    from lerobot.configs import RTCAttentionSchedule
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+
+    policy.config.rtc_config = RTCConfig(
+        prefix_attention_schedule=RTCAttentionSchedule[schedule.upper()],
+        max_guidance_weight=max_guidance_weight, execution_horizon=execution_horizon)
+    policy.init_rtc_processor()
+    if not jacobian:
+        return
+    processor = policy.rtc_processor
+    lerobot_step = processor.denoise_step
+
+    def denoise_step(x_t, prev_chunk_left_over, inference_delay, time,
+                     original_denoise_step_partial, execution_horizon=None):
+        def velocity(point):
+            point.requires_grad_(True)  # the velocity then depends on x_t under autograd
+            return original_denoise_step_partial(point)
+
+        return lerobot_step(x_t=x_t, prev_chunk_left_over=prev_chunk_left_over,
+                            inference_delay=inference_delay, time=time,
+                            original_denoise_step_partial=velocity,
+                            execution_horizon=execution_horizon)
+
+    processor.denoise_step = denoise_step
+
+
 @torch.no_grad()
 def lerobot_predict(policy, preprocessor, postprocessor, frames, state, instruction,
-                    noise=None) -> np.ndarray:
-    """Run LeRobot's full path: preprocessor, predict_action_chunk, postprocessor."""
+                    noise=None, rtc: dict = None) -> np.ndarray:
+    """
+    Run LeRobot's full path: preprocessor, predict_action_chunk, postprocessor.
+
+    rtc: predict_action_chunk's Real-Time Chunking arguments (inference_delay,
+    prev_chunk_left_over [T, action_dim] normalized, execution_horizon); see set_lerobot_rtc.
+    """
     device = next(policy.parameters()).device
     batch = preprocessor(lerobot_batch(frames, state, instruction, device))
-    kwargs = {}
+    kwargs = dict(rtc or {})
     if noise is not None:
         kwargs['noise'] = torch.as_tensor(np.asarray(noise, np.float32), device=device)[None]
+    if kwargs.get('prev_chunk_left_over') is not None:
+        kwargs['prev_chunk_left_over'] = torch.as_tensor(
+            np.asarray(kwargs['prev_chunk_left_over'], np.float32), device=device)[None]
     actions = policy.predict_action_chunk(batch, **kwargs)
     return postprocessor(actions)[0].float().cpu().numpy()
 

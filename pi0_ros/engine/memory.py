@@ -13,7 +13,7 @@ The estimate has four parts:
 Memory is what PyTorch's allocator hands out (torch.cuda.max_memory_allocated), not the CUDA
 context, which every process on the GPU pays once.
 """
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 import math
 
 import torch
@@ -174,8 +174,7 @@ def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
     best = None
     size = 1
     while size <= limit:
-        candidate = EngineOptions(**{**asdict(options), 'max_batch': size,
-                                     'batch_buckets': ()})
+        candidate = replace(options, max_batch=size, batch_buckets=())
         estimate = estimate_memory(dims, num_cameras, candidate, dtype)
         if estimate.total > budget_bytes:
             break
@@ -183,8 +182,7 @@ def plan_max_batch(budget_bytes: int, dims: ModelDims, num_cameras: int,
         size *= 2
     if best is None:
         needed = estimate_memory(dims, num_cameras,
-                                 EngineOptions(**{**asdict(options), 'max_batch': 1,
-                                                  'batch_buckets': ()}), dtype)
+                                 replace(options, max_batch=1, batch_buckets=()), dtype)
         raise EngineError(f'a memory budget of {budget_bytes / GIB:.2f} GiB does not fit batch 1 '
                           f'(estimated {needed.total / GIB:.2f} GiB)')
     return best

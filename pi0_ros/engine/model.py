@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import gemm, kernel_configs, kernels
-from pi0_ros.engine.attention import attention, key_bias, self_attention
+from pi0_ros.engine.attention import attention, dense_mask, key_bias, self_attention
 from pi0_ros.engine.config import ModelDims
 
 
@@ -90,6 +90,30 @@ class Pi0Weights:
                         elif isinstance(item, gemm.Fp8Weight):
                             found.extend((item.data, item.scale))
         return found
+
+
+@dataclass
+class Guidance:
+    """
+    Real-Time Chunking guidance of the Euler steps (static buffers, filled per call).
+
+    prev [b, chunk, A] float32: the previous chunk in the normalized action space, zero-padded;
+    weights [b, chunk, 1] float32: its rows' weights (0 for an observation without guidance);
+    guidance [b, num_steps] float32: each step's guidance weight; velocity [b, chunk, A]
+    float32: scratch for the step's velocity. jacobian: correct with the vector-Jacobian
+    product through the action expert (a backward pass per step) instead of the error alone.
+    """
+
+    prev: torch.Tensor
+    weights: torch.Tensor
+    guidance: torch.Tensor
+    velocity: torch.Tensor
+    jacobian: bool = False
+
+    def rows(self, batch: int) -> 'Guidance':
+        """Return the guidance of the first `batch` observations (views)."""
+        return Guidance(self.prev[:batch], self.weights[:batch], self.guidance[:batch],
+                        self.velocity[:batch], self.jacobian)
 
 
 VISION_PREFIX = 'paligemma_with_expert.paligemma.model.vision_tower.vision_model.'
@@ -457,7 +481,7 @@ def prefix_forward(w: Pi0Weights, dims: ModelDims, embeds: torch.Tensor,
 def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: torch.Tensor,
                     prefix_valid: torch.Tensor, key_mask: torch.Tensor, cache_k: torch.Tensor,
                     cache_v: torch.Tensor, out: torch.Tensor, steps=None,
-                    before_layer=None) -> None:
+                    before_layer=None, guidance: 'Guidance | None' = None) -> None:
     """
     Euler integration of the action expert over the cached prefix; writes out [b,chunk,A].
 
@@ -465,8 +489,19 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     state after the steps before `steps` (default all, in order; a subset runs some of the
     Euler steps); state [b,max_state_dim] float32 (normalized, padded); prefix_valid [b] int64
     count of real prefix tokens (sets suffix RoPE positions). before_layer(index) is called
-    before each expert layer's work is queued (see _gemma_stack).
+    before each expert layer's work is queued (see _gemma_stack). With guidance, each step's
+    velocity is guided by Real-Time Chunking (see Guidance and engine/rtc.py); with
+    guidance.jacobian the steps run expert_velocity under autograd (no before_layer).
     """
+    if guidance is not None and guidance.jacobian:
+        if before_layer is not None:
+            raise ValueError('the Jacobian guidance does not run with per-layer hooks')
+        # Autograd cannot save tensors made in inference mode: everything it records is made
+        # here, from buffers allocated outside it.
+        with torch.inference_mode(False), torch.no_grad():
+            _denoise_with_jacobian(w, dims, noise, state, prefix_valid, key_mask, cache_k,
+                                   cache_v, out, steps, guidance)
+        return
     b = noise.shape[0]
     length = key_mask.shape[-1]
     suffix = dims.chunk_size + 1
@@ -478,7 +513,7 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
     state_token = F.linear(state, w.state_w, w.state_b)
     x = torch.empty(b, suffix, dims.expert_width, device=noise.device)  # the residual stream
     normed = torch.empty_like(x)
-    _, dt = euler_times(dims.num_steps)
+    times, dt = euler_times(dims.num_steps)
     steps = range(dims.num_steps) if steps is None else steps
     x_t = out  # integrated in place
     x_t.copy_(noise)
@@ -489,6 +524,105 @@ def denoise_forward(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor, state: 
         _gemma_stack(w.expert_layers, dims, x, dims.expert_heads, cos, sin, cache_k, cache_v,
                      length, bias, state_keys=length + 1, final_out=normed,
                      before_layer=before_layer)
-        # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
-        gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
-                           accumulate_scale=dt)
+        if guidance is None:
+            # x_t += dt * velocity (the Euler step, in the projection's epilogue on the GPU)
+            gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b, out=x_t,
+                               accumulate_scale=dt)
+            continue
+        velocity = gemm.action_linear(normed[:, 1:], w.action_out_w, w.action_out_b,
+                                      out=guidance.velocity)
+        # Velocity taken as a constant of x_t: the correction is the weighted error itself.
+        predicted = x_t - times[step] * velocity
+        correction = (guidance.prev - predicted) * guidance.weights
+        _guided_euler_step(x_t, velocity, correction, guidance, step, dt)
+
+
+def _guided_euler_step(x_t: torch.Tensor, velocity: torch.Tensor, correction: torch.Tensor,
+                       guidance: 'Guidance', step: int, dt: float) -> None:
+    """x_t += dt * (velocity - guidance weight of the step * correction), per observation."""
+    weight = guidance.guidance[:, step].view(-1, 1, 1)
+    x_t.copy_(x_t + dt * (velocity - weight * correction))
+
+
+def _rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def expert_velocity(w: Pi0Weights, dims: ModelDims, x_t: torch.Tensor, step: int,
+                    state_token: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    cache_k: torch.Tensor, cache_v: torch.Tensor, length: int,
+                    mask: torch.Tensor) -> torch.Tensor:
+    """
+    Return the velocity [b, chunk, A] of Euler step `step` at x_t, differentiable in x_t.
+
+    The same function as one step of denoise_forward, in PyTorch operations that autograd
+    can differentiate (no fused kernels, no in-place writes): the suffix's K/V are joined to
+    the cached prefix K/V cache_k/v[layer, :b, 0, :length] (constants) instead of being
+    written into the cache. The stream, norms, RoPE and softmax run in float32, the expert's
+    projections in the compute dtype, as in _gemma_stack. cos/sin [b * (chunk + 1), hd / 2]
+    per suffix row; mask [b, (chunk + 1) * heads, length + chunk + 1] additive float32.
+    """
+    dtype = cache_k.dtype
+    b = x_t.shape[0]
+    heads, hd, eps = dims.expert_heads, dims.head_dim, dims.rms_norm_eps
+    seq = dims.chunk_size + 1
+    act = F.silu(F.linear(x_t, w.action_time_w, w.step_bias[step]))
+    tokens = F.linear(act, w.action_mlp_out_w, w.action_mlp_out_b)
+    x = torch.cat([state_token[:, None, :], tokens], dim=1)  # the residual stream, float32
+    cos, sin = cos.view(b, seq, 1, -1), sin.view(b, seq, 1, -1)
+    for index, layer in enumerate(w.expert_layers):
+        qkv = F.linear(_rms_normalize(x, eps).to(dtype), layer.qkv_w).float()
+        queries = _rotate_half(qkv[..., :heads * hd].view(b, seq, heads, hd), cos, sin)
+        keys = _rotate_half(qkv[..., heads * hd:(heads + 1) * hd].view(b, seq, 1, hd), cos,
+                            sin)
+        values = qkv[..., (heads + 1) * hd:]
+        keys = torch.cat([cache_k[index, :b, 0, :length], keys.view(b, seq, hd).to(dtype)], 1)
+        values = torch.cat([cache_v[index, :b, 0, :length], values.to(dtype)], 1)
+        # One KV head: the query heads folded into the query sequence (row = token * heads + h).
+        scores = torch.baddbmm(mask, queries.reshape(b, seq * heads, hd).to(dtype).float(),
+                               keys.float().transpose(1, 2), alpha=hd ** -0.5)
+        attended = torch.bmm(torch.softmax(scores, dim=-1).to(dtype), values)
+        x = x + F.linear(attended.view(b, seq, heads * hd), layer.out_w).float()
+        gate_up = F.linear(_rms_normalize(x, eps).to(dtype), layer.gate_up_w).float()
+        gate, up = gate_up.chunk(2, dim=-1)
+        hidden = (F.gelu(gate, approximate='tanh') * up).to(dtype)
+        x = x + F.linear(hidden, layer.down_w).float()
+    return F.linear(_rms_normalize(x[:, 1:], eps), w.action_out_w, w.action_out_b)
+
+
+def _denoise_with_jacobian(w: Pi0Weights, dims: ModelDims, noise: torch.Tensor,
+                           state: torch.Tensor, prefix_valid: torch.Tensor,
+                           key_mask: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                           out: torch.Tensor, steps, guidance: 'Guidance') -> None:
+    """Run the guided Euler steps of denoise_forward with the vector-Jacobian correction."""
+    length = key_mask.shape[-1]
+    suffix = dims.chunk_size + 1
+    positions = prefix_valid[:, None] + torch.arange(suffix, device=noise.device)[None, :]
+    cos = w.rope_cos[positions.view(-1)]
+    sin = w.rope_sin[positions.view(-1)]
+    # The attention mask of the folded query rows: the state token's rows see the prefix and
+    # the state token only.
+    mask = dense_mask(key_bias(key_mask, extra_keys=suffix), suffix * dims.expert_heads,
+                      dims.expert_heads, length + 1, torch.float32)
+    state_token = F.linear(state, w.state_w, w.state_b)
+    times, dt = euler_times(dims.num_steps)
+    steps = range(dims.num_steps) if steps is None else steps
+    x_t = out
+    x_t.copy_(noise)
+    for step in steps:
+        point = x_t.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            velocity = expert_velocity(w, dims, point, step, state_token, cos, sin, cache_k,
+                                       cache_v, length, mask)
+            predicted = point - times[step] * velocity
+        error = (guidance.prev - predicted.detach()) * guidance.weights
+        # d predicted / d x_t applied to the error: error - t * J_v^T error.
+        correction, = torch.autograd.grad(predicted, point, error)
+        guidance.velocity.copy_(velocity.detach())
+        _guided_euler_step(x_t, guidance.velocity, correction, guidance, step, dt)
