@@ -10,6 +10,7 @@ thread; commands are published by a fixed-rate timer in its own callback group.
 """
 from collections import deque
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -63,15 +64,20 @@ def build_engine(settings):
     """Build the engine the parameters ask for (called on the worker thread)."""
     import torch
 
-    from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+    from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine, RTCOptions
     from pi0_ros.engine.config import parse_layer_ranges
     fp8_layers = settings.prefix_fp8_layers.strip()
+    # Real-Time Chunking: its guided graphs are captured at warm-up with these defaults.
+    rtc = RTCOptions(schedule=settings.rtc_schedule,
+                     max_guidance_weight=settings.rtc_max_guidance_weight,
+                     execution_horizon=settings.rtc_execution_horizon,
+                     jacobian=settings.rtc_jacobian) if settings.chunk_handover == 'rtc' else None
     options = EngineOptions(precision=settings.precision, device=settings.device, max_batch=1,
                             max_frame_height=settings.max_image_height,
                             max_frame_width=settings.max_image_width,
                             prefix_fp8=bool(fp8_layers),
                             prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
-                            else ())
+                            else (), rtc=rtc)
     joints = len(settings.joint_names)
     cameras = len(settings.camera_names)
     if settings.device == 'cpu' or (settings.device == 'auto' and not torch.cuda.is_available()):
@@ -160,7 +166,9 @@ class Pi0ControlNode(LifecycleNode):
                                        max_consecutive_failures=settings.max_consecutive_failures,
                                        logger=self.get_logger(),
                                        niceness=settings.inference_niceness,
-                                       encode_frames_ahead=settings.encode_frames_ahead)
+                                       encode_frames_ahead=settings.encode_frames_ahead,
+                                       guidance=self._rtc_guidance
+                                       if settings.chunk_handover == 'rtc' else None)
         started = time.monotonic()
         self._worker.start()
         # In short waits, so that SIGINT/SIGTERM during a long load ends the transition.
@@ -246,6 +254,9 @@ class Pi0ControlNode(LifecycleNode):
         self._commanding = False  # the last control tick published a command
         self._start_refused = None  # why the measured joints could not start the plan
         self._pending_results = deque(maxlen=4)  # results not yet consumed by the timer
+        # chunk_handover rtc: the chunk the plan follows (None while holding), continued by the
+        # next one (_rtc_guidance).
+        self._executing_chunk = None
         self._chunk_sequence = 0
         self._output_rate = diagnostics.RateMeter()
         self._gpu = diagnostics.GpuTelemetry(None)  # set to the engine's GPU once it is ready
@@ -268,8 +279,10 @@ class Pi0ControlNode(LifecycleNode):
         period = 1.0 / settings.control_rate
         self._planner = ChunkPlanner(
             PlannerConfig(control_period=period, points_per_message=settings.points_per_message,
-                          point_spacing=period, blend_duration=settings.blend_duration,
-                          temporal_ensembling=settings.temporal_ensembling,
+                          point_spacing=period, blend_duration=self._blend_duration(settings),
+                          # Real-Time Chunking continues the plan: a chunk takes over at once.
+                          temporal_ensembling=(settings.temporal_ensembling
+                                               and settings.chunk_handover != 'rtc'),
                           ensembling_decay=settings.ensembling_decay),
             self._limits)
         self._inputs.configure(settings, self._limits.max_velocity, self._entities)
@@ -357,6 +370,7 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             epoch = self._inputs.new_time_base()
             self._pending_results.clear()
+            self._executing_chunk = None
             self._output_rate.reset()  # its stamps are on the old time base
         if self._worker is not None:
             self._worker.set_epoch(epoch)
@@ -576,6 +590,9 @@ class Pi0ControlNode(LifecycleNode):
         if not idle:
             points = self._planner.step(now, self._hold_reason(now, observation_stamp,
                                                                joint_state_time))
+            if points.state is not PlannerState.FOLLOWING:
+                with self._lock:
+                    self._executing_chunk = None  # a hold is no plan for the next to continue
             published = self._publish_points(points)
             if published and periodic:
                 self._output_rate.tick(now)  # the ROS clock the timer runs on (sim time too)
@@ -617,6 +634,34 @@ class Pi0ControlNode(LifecycleNode):
         self._output_rate.reset()
         return True
 
+    @staticmethod
+    def _blend_duration(settings):
+        """Return the planner's blend: none with Real-Time Chunking (chunks continue the plan)."""
+        return 0.0 if settings.chunk_handover == 'rtc' else settings.blend_duration
+
+    def _rtc_guidance(self, observation, expected_latency_s):
+        """
+        Return the Real-Time Chunking input of a call that starts now (on the worker thread).
+
+        The plan that executes while the call runs, at the new chunk's action times (stamp +
+        k chunk_dt, as far as the executing chunk reaches), and the delay: the actions of the
+        new chunk already due when it arrives (now + the expected latency), which the planner
+        skips. None while no chunk is followed (holding, before the first): a plain call.
+        """
+        with self._lock:
+            executing, settings = self._executing_chunk, self._settings
+        if executing is None:
+            return None
+        dt = settings.chunk_dt
+        times = observation.stamp + dt * np.arange(executing.horizon)
+        covered = int(np.count_nonzero(times <= executing.end_time + 1e-9))
+        if covered == 0:
+            return None
+        arrival = self._now() + (expected_latency_s or 0.0)
+        delay = min(executing.horizon,
+                    max(0, math.ceil((arrival - observation.stamp) / dt - 1e-9)))
+        return executing.sample_many(times[:covered]), delay
+
     def _hold_reason(self, now, observation_stamp, joint_state_time):
         settings = self._settings
         if self._worker.state is WorkerState.FAILED:
@@ -639,6 +684,10 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             self._counters['actions_skipped'] += outcome.skipped_actions
             self._counters['chunks_produced' if outcome.accepted else 'chunks_rejected'] += 1
+            if outcome.accepted and settings.chunk_handover == 'rtc':
+                # What the plan follows from now (no blending): as the planner clamps it.
+                self._executing_chunk = Chunk(chunk.t0, chunk.dt,
+                                              self._limits.clamp_position(chunk.actions))
         if not outcome.accepted:
             self.get_logger().warning(f'chunk {chunk.sequence} rejected: {outcome.reason}',
                                       throttle_duration_sec=LOG_THROTTLE_S)
@@ -767,7 +816,8 @@ class Pi0ControlNode(LifecycleNode):
         with self._lock:
             self._settings = dataclasses.replace(self._settings, **changes)
             self._inputs.update_settings(self._settings)
-        if 'blend_duration' in changes and self._planner is not None:
+        if ('blend_duration' in changes and self._planner is not None
+                and self._settings.chunk_handover != 'rtc'):
             self._planner.config = dataclasses.replace(self._planner.config,
                                                        blend_duration=changes['blend_duration'])
 

@@ -26,6 +26,9 @@ RANDOM_MODELS = ('tiny', 'full')
 TRANSPORTS = ('raw', 'compressed')
 RELIABILITIES = ('best_effort', 'reliable')
 TRIGGERS = ('continuous', 'horizon')
+HANDOVERS = ('blend', 'rtc')
+# pi0_ros.engine.config.RTC_SCHEDULES (not imported: the engine brings torch with it).
+RTC_SCHEDULES = ('zeros', 'ones', 'linear', 'exp')
 
 
 class ParameterError(ValueError):
@@ -106,6 +109,22 @@ SPECS = {
                                     'the next tick (the fixed-rate ticks go on unchanged: the '
                                     'controller then receives control_rate plus the chunk rate '
                                     'messages per second)', dynamic=True),
+    'chunk_handover': Spec('blend', 'How a new chunk takes over from the executing one: blend = '
+                                    'blended in over blend_duration (or temporal_ensembling); '
+                                    'rtc = Real-Time Chunking: the engine makes it continue the '
+                                    'executing plan (the actions of the expected inference '
+                                    'delay held to it, the next rtc_execution_horizon guided '
+                                    'with a decaying weight) and it takes over at once'),
+    'rtc_execution_horizon': Spec(10, 'rtc: actions of the new chunk guided towards the '
+                                      'executing plan (the delay counts in), steps', 1, 1000),
+    'rtc_schedule': Spec('linear', 'rtc: guidance weight over the execution horizon after the '
+                                   'delay: zeros | ones | linear | exp (LeRobot RTCConfig)'),
+    'rtc_max_guidance_weight': Spec(10.0, 'rtc: upper bound of the guidance weight', 1e-3,
+                                    1e4),
+    'rtc_jacobian': Spec(False, "rtc: false = LeRobot 0.6.1's guidance (the velocity treated as "
+                                "a constant of the noisy actions); true = the paper's "
+                                'vector-Jacobian product through the action expert (one more '
+                                'backward pass of the expert per step)'),
     'blend_duration': Spec(0.2, 'Seconds over which a new chunk is blended into the executing '
                                 'one', 0.0, 5.0, dynamic=True),
     'temporal_ensembling': Spec(False, 'Average overlapping chunks (ACT-style) instead of '
@@ -203,6 +222,11 @@ class Settings:
     points_per_message: int
     stamp_trajectories: bool
     publish_on_chunk: bool
+    chunk_handover: str
+    rtc_execution_horizon: int
+    rtc_schedule: str
+    rtc_max_guidance_weight: float
+    rtc_jacobian: bool
     blend_duration: float
     temporal_ensembling: bool
     ensembling_decay: float
@@ -283,6 +307,10 @@ def validate_value(name, value):
         _choice(name, value, RANDOM_MODELS)
     elif name == 'inference_trigger':
         _choice(name, value, TRIGGERS)
+    elif name == 'chunk_handover':
+        _choice(name, value, HANDOVERS)
+    elif name == 'rtc_schedule':
+        _choice(name, value, RTC_SCHEDULES)
     elif name in ('camera_reliability', 'joint_state_reliability'):
         _choice(name, value, RELIABILITIES)
     elif name == 'prefix_fp8_layers' and value.strip():

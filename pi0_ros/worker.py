@@ -11,7 +11,9 @@ InputError, e.g. a frame too thin to resize) is counted and logged, not a failur
 sending such frames does not take the engine down. While no observation waits, the thread
 encodes camera frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the
 observation that a frame later completes finds its features ready and only encodes the frames
-still new.
+still new. With a `guidance` callback (Real-Time Chunking), each call is guided towards the plan
+the callback reports as executing when the call starts; without one, or where it cannot be
+used, the call runs plain, counted and logged.
 """
 from collections import deque
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ import traceback
 
 import numpy as np
 
+from pi0_ros.engine.config import RTCRequest
 from pi0_ros.engine.errors import InputError
 
 
@@ -49,6 +52,7 @@ class ChunkResult:
     timings_ms: dict
     vision_cache_hits: int
     latency_s: float
+    rtc_applied: bool = False   # guided by Real-Time Chunking towards the executing plan
 
 
 class WorkerState(enum.Enum):
@@ -66,8 +70,16 @@ class InferenceWorker:
 
     def __init__(self, engine_factory, on_result, *, max_consecutive_failures=3, logger=None,
                  name='pi0_inference', latency_window=200, niceness=0,
-                 encode_frames_ahead=True, warning_period_s=5.0):
+                 encode_frames_ahead=True, warning_period_s=5.0, guidance=None):
+        """
+        Create the worker (its thread starts with start()).
+
+        guidance: None, or a callable (observation, expected latency s or None) -> None or
+        (previous actions [T, J] in robot units for the observation's action times, delay in
+        actions), called on the worker thread as each call starts (Real-Time Chunking).
+        """
         self._engine_factory = engine_factory
+        self._guidance = guidance
         self._on_result = on_result
         self._max_failures = max_consecutive_failures
         self._logger = logger
@@ -90,7 +102,8 @@ class InferenceWorker:
         self.latencies_s = deque(maxlen=latency_window)
         self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0,
                          'inputs_rejected': 0, 'frames_encoded_ahead': 0,
-                         'encode_ahead_failures': 0}
+                         'encode_ahead_failures': 0, 'rtc_guided': 0, 'rtc_no_previous': 0,
+                         'rtc_fallbacks': 0}
         self.last_input_rejection = -float('inf')  # monotonic time of the engine's last one
         self.consecutive_failures = 0
 
@@ -267,15 +280,44 @@ class InferenceWorker:
                     continue
             self._on_result(result)
 
+    def _rtc_request(self, observation):
+        """Return the RTCRequest of this call (None: plain), counting the plain ones."""
+        latencies = self.latencies_s
+        expected = float(np.median(latencies)) if latencies else None
+        guidance = self._guidance(observation, expected)
+        if guidance is None:
+            self.counters['rtc_no_previous'] += 1
+            return None
+        previous, delay = guidance
+        try:
+            return RTCRequest(self._engine.normalize_actions(previous), int(delay))
+        except InputError as error:
+            self._rtc_fallback(f'previous plan unusable: {error}')
+            return None
+
+    def _rtc_fallback(self, reason):
+        self.counters['rtc_fallbacks'] += 1
+        self._warn_throttled('rtc', f'chunk made without Real-Time Chunking '
+                                    f"({self.counters['rtc_fallbacks']} so far): {reason}")
+
     def _infer(self, observation):
         started = time.monotonic()
         try:
+            guided = {}  # an engine without Real-Time Chunking needs no rtc argument
+            request = None
+            if self._guidance is not None:
+                request = guided['rtc'] = self._rtc_request(observation)
             output = self._engine.infer(list(observation.frames), observation.state,
                                         observation.instruction,
-                                        frame_keys=list(observation.frame_keys))
+                                        frame_keys=list(observation.frame_keys), **guided)
+            applied = request is not None and bool(getattr(output, 'rtc_applied', False))
+            if applied:
+                self.counters['rtc_guided'] += 1
+            elif request is not None:
+                self._rtc_fallback(getattr(output, 'rtc_reason', '') or 'not applied')
             result = ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
                                  dict(output.timings_ms), int(output.vision_cache_hits),
-                                 time.monotonic() - started)
+                                 time.monotonic() - started, applied)
         except InputError as error:  # the observation, not the engine: no failure counted
             self.counters['inputs_rejected'] += 1
             self.last_input_rejection = time.monotonic()

@@ -19,7 +19,7 @@ from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
 
 from feeder import LATCHED, RobotFeeder
-from pi0_ros.control import validate_trajectory
+from pi0_ros.control import Chunk, validate_trajectory
 from pi0_ros.conversions import stamp_to_nanoseconds
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
@@ -415,3 +415,33 @@ def test_publish_on_chunk_sends_each_chunk_at_once_and_keeps_the_ticks_period(
     elapsed = time.monotonic() - start
     assert len(harness.chunks) - chunks >= 3
     assert len(harness.trajectories) - commands <= elapsed * rate + 1
+
+
+def test_rtc_chunks_continue_the_executing_plan(start_process, ros_node):
+    """chunk_handover rtc: each chunk is guided towards the plan it takes over from."""
+    harness = ControlNodeHarness(start_process, ros_node, parameters={'chunk_handover': 'rtc'})
+    harness.feeder.say('pick up the red cube')
+    harness.wait_following()
+    ros = harness.ros
+    first = len(harness.chunks)
+    assert ros.spin_until(lambda: len(harness.chunks) >= first + 8, 30.0, harness.process)
+    for _, msg in harness.trajectories[-20:]:
+        check_command(msg)
+    chunks = [msg for _, msg in harness.chunks[first:]]
+    joints = len(SO101_JOINTS)
+    guided, free = [], []
+    for previous, new in zip(chunks, chunks[1:]):
+        executing = Chunk(stamp_to_nanoseconds(previous.header.stamp) * 1e-9, previous.dt,
+                          np.reshape(previous.actions, (-1, joints)))
+        t0 = stamp_to_nanoseconds(new.header.stamp) * 1e-9
+        actions = np.reshape(new.actions, (-1, joints))
+        times = t0 + new.dt * np.arange(len(actions))
+        gap = np.linalg.norm(actions - executing.sample_many(times), axis=1)
+        guided.append(gap[:3].mean())    # inside the delay: held to the plan
+        free.append(gap[30:40].mean())   # past the execution horizon (10): not guided
+    # The random model's chunks are unrelated where free; where guided they continue the plan.
+    assert np.median(guided) < 0.1 * np.median(free), (guided, free)
+    diagnostics = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
+                   for s in array.status if s.name.endswith(': engine')][-1]
+    assert int(diagnostics['chunks guided (rtc)']) >= 5
+    assert int(diagnostics['rtc fallbacks']) == 0

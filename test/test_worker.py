@@ -394,3 +394,89 @@ def test_frames_are_not_encoded_ahead_when_switched_off():
     collector.wait()
     assert engine.encoded == [] and worker.counters['frames_encoded_ahead'] == 0
     worker.stop(TIMEOUT)
+
+
+@dataclass
+class GuidedOutput(Output):
+    rtc_applied: bool = False
+    rtc_reason: str = ''
+
+
+class GuidedEngine:
+    """An engine with Real-Time Chunking: records each request, applies or refuses it."""
+
+    action_dim = 6
+
+    def __init__(self, refuse=''):
+        self.requests = []
+        self.refuse = refuse  # a reason: every request comes back not applied with it
+
+    def warmup(self):
+        pass
+
+    def normalize_actions(self, actions):
+        actions = np.asarray(actions, dtype=np.float32)
+        if actions.ndim != 2 or actions.shape[1] != self.action_dim:
+            raise InputError(f'actions must have shape (..., 6), got {actions.shape}')
+        return (actions - 1.0) / 2.0
+
+    def infer(self, frames, state, instruction, frame_keys=None, rtc=None):
+        self.requests.append(rtc)
+        applied = rtc is not None and not self.refuse
+        return GuidedOutput(np.zeros((50, 6)), {'total': 1.0}, rtc_applied=applied,
+                            rtc_reason='' if applied or rtc is None else self.refuse)
+
+    def close(self):
+        pass
+
+
+def test_guided_calls_get_the_executing_plan_normalized_with_the_expected_delay():
+    engine, collector, asked = GuidedEngine(), Collector(), []
+
+    def guidance(observation, expected_latency_s):
+        asked.append((observation.stamp, expected_latency_s))
+        return np.full((40, 6), 3.0), 4
+
+    worker = started_worker(engine, collector, guidance=guidance)
+    for stamp in (1.0, 2.0):
+        worker.submit(observation(stamp=stamp))
+        collector.wait()
+    worker.stop()
+    first, second = engine.requests
+    assert first.inference_delay == 4 and first.prev_chunk.shape == (40, 6)
+    assert np.all(first.prev_chunk == 1.0)  # (3 - 1) / 2: in the engine's normalized space
+    # The expected latency: none known before the first call, then the calls' own.
+    assert asked[0] == (1.0, None)
+    assert asked[1][1] == worker.latencies_s[0]
+    assert [r.rtc_applied for r in collector.results] == [True, True]
+    assert worker.counters['rtc_guided'] == 2 and worker.counters['rtc_fallbacks'] == 0
+
+
+def test_a_call_without_a_plan_to_continue_runs_plain_and_is_counted():
+    engine, collector = GuidedEngine(), Collector()
+    worker = started_worker(engine, collector, guidance=lambda observation, latency: None)
+    worker.submit(observation())
+    collector.wait()
+    worker.stop()
+    assert engine.requests == [None]
+    assert not collector.results[0].rtc_applied
+    assert worker.counters['rtc_no_previous'] == 1 and worker.counters['rtc_guided'] == 0
+
+
+def test_an_unusable_plan_or_a_refused_request_runs_plain_counted_and_logged_throttled():
+    engine, collector, log = GuidedEngine(), Collector(), Warnings()
+    worker = started_worker(engine, collector, logger=log, warning_period_s=60.0,
+                            guidance=lambda observation, latency: (np.ones((40, 4)), 2))
+    worker.submit(observation(stamp=1.0))  # 4 joints for a 6-joint engine
+    collector.wait()
+    engine.refuse = 'prev_chunk has non-finite values'
+    worker._guidance = lambda observation, latency: (np.ones((40, 6)), 2)
+    worker.submit(observation(stamp=2.0))
+    collector.wait()
+    worker.stop()
+    assert engine.requests[0] is None and engine.requests[1] is not None
+    assert [r.rtc_applied for r in collector.results] == [False, False]
+    assert worker.counters['rtc_fallbacks'] == 2
+    assert worker.counters['failures'] == 0 and worker.counters['inputs_rejected'] == 0
+    warnings = [line for line in log.lines if 'without Real-Time Chunking' in line]
+    assert len(warnings) == 1 and 'previous plan unusable' in warnings[0]  # throttled

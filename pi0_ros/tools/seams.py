@@ -3,7 +3,7 @@
 """
 Chunk hand-overs compared: the closed-loop demo once per mode, the seams of each, one report.
 
-    python -m pi0_ros.tools.seams --duration 60 --modes none,blend [demo options]
+    python -m pi0_ros.tools.seams --duration 60 --modes none,blend,rtc [demo options]
 
 Each mode runs `pi0_ros.tools.demo` (the MuJoCo arm and the control node, the same seed and
 instruction) into OUTPUT/MODE/, then seams.json and seams.png in OUTPUT compare, at every chunk
@@ -25,12 +25,13 @@ from pi0_ros.tools import demo
 MODES = {
     'none': {'blend_duration': 0.0},   # the new chunk takes over at once
     'blend': {},                       # blended in over blend_duration (the default)
+    'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan
 }
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument('--modes', default='none,blend',
+    parser.add_argument('--modes', default='none,blend,rtc',
                         help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument('--duration', type=float, default=60.0, help='seconds per mode')
     parser.add_argument('--output', default='reports/seams')
