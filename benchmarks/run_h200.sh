@@ -16,6 +16,9 @@
 #   also benchmarks batch 1 and 8 with those switches (bench_variant.log/.json).
 #   ABLATION=1 also times the denoiser with kernel families left out (denoise_ablation.json).
 #   FLOOR=1 also measures the launch floor (benchmarks/launch_floor.py, launch_floor.json).
+#   RTC=lerobot,jacobian (or one of them) also times Real-Time Chunking guided calls against
+#   plain ones at batch 1 and 8, one engine per mode (bench --rtc: jacobian False/True;
+#   bench_rtc.log/.json; at most RTC_TIMEOUT s, default 300).
 # Wheels in .whl: lerobot 0.6.1, transformers 5.5.4, tokenizers 0.22.2 and lerobot's missing deps.
 set -o pipefail
 OUT=${OUT:-reports/h200}
@@ -53,6 +56,14 @@ if [ "${FP8_PREFIX:-0}" = 1 ]; then
     --fp8-prefix-layers "${FP8_PREFIX_LAYERS:-}" --out /tmp/bench_fp8_prefix \
     2>&1 | tee "$OUT/bench_fp8_prefix.log"
   cp /tmp/bench_fp8_prefix/bench.json "$OUT/bench_fp8_prefix.json"
+fi
+if [ -n "${RTC:-}" ]; then
+  # Guided (Real-Time Chunking) calls against plain ones, same weights, previous chunk = the
+  # last call's normalized actions after a 3-step delay; every guided call must be applied.
+  timeout "${RTC_TIMEOUT:-300}" python3 -m pi0_ros.tools.bench --dims full --precision bf16 \
+    --device cuda --batches 1,8 --iters "${ITERS:-100}" --skip-lerobot --rtc "$RTC" \
+    --out /tmp/bench_rtc 2>&1 | tee "$OUT/bench_rtc.log"
+  cp /tmp/bench_rtc/bench.json "$OUT/bench_rtc.json"
 fi
 if [ "${ABLATION:-0}" = 1 ]; then
   # The denoiser with one kernel family left out at a time (what each costs in the graph).

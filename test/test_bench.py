@@ -7,8 +7,12 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 
+from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
+from pi0_ros.engine.config import RTCRequest
+from pi0_ros.tools import bench
 from pi0_ros.tools.bench import GpuSampler, main
 
 
@@ -89,3 +93,62 @@ def test_the_lerobot_comparison_engine_has_the_timed_engines_options():
     assert compared.precision == 'bf16' and compared.prefix_fp8
     assert dataclasses.replace(compared, precision='fp16') == timed
     assert not comparison_options(args, 'fp32').prefix_fp8     # FP8 never at fp32
+
+
+def test_bench_times_rtc_guided_calls_against_plain_ones_per_mode_and_batch(tmp_path):
+    assert main(['--dims', 'tiny', '--device', 'cpu', '--batches', '1,2', '--iters', '3',
+                 '--warmup-iters', '1', '--cameras', '2', '--frame', '120x160', '--skip-lerobot',
+                 '--rtc', 'jacobian,lerobot', '--out', str(tmp_path)]) == 0
+    report = json.loads((tmp_path / 'bench.json').read_text())
+    assert 'rtc_options' not in report['engine'] and 'rtc_options' not in report['engine_sweep']
+    rtc = report['rtc']
+    assert rtc['inference_delay'] == 3 and list(rtc['modes']) == ['lerobot', 'jacobian']
+    for mode, jacobian in (('lerobot', False), ('jacobian', True)):
+        result = rtc['modes'][mode]
+        assert result['rtc_options'] == {'schedule': 'linear', 'max_guidance_weight': 10.0,
+                                         'execution_horizon': 10, 'jacobian': jacobian}
+        for batch in ('1', '2'):
+            entry = result['batches'][batch]
+            plain, guided = entry['plain'], entry['guided']
+            assert 'rtc' not in plain
+            for timing in (plain, guided):
+                assert len(timing['latencies_ms']) == 3 and timing['gpu'] is None
+                assert set(timing['stages_p50_ms']) == {'preprocess', 'vision', 'prefix',
+                                                        'denoise'}
+                assert {'p50', 'p90', 'p99', 'chunks_per_s'} <= set(timing)
+            calls = 1 + 3  # warm-up and timed calls, every one guided and applied
+            assert guided['rtc'] == {'inference_delay': 3, 'guided_calls': calls,
+                                     'guided_results': calls * int(batch),
+                                     'applied_results': calls * int(batch)}
+            assert entry['ratio_p50'] == guided['p50'] / plain['p50']
+            summary = report['engine']['batches'][batch]['rtc'][mode]
+            assert summary['p50'] == guided['p50'] and summary['p99'] == guided['p99']
+            assert summary['ratio_to_plain_p50'] == entry['ratio_p50']
+            assert summary['plain_p50_same_engine'] == plain['p50']
+            assert summary['chunks_per_s'] == guided['chunks_per_s'] > 0
+            assert summary['applied_results'] == summary['guided_results'] == calls * int(batch)
+
+
+def test_bench_fails_loudly_when_a_guided_call_falls_back_to_the_plain_path(monkeypatch):
+    args = bench.parse_args(['--dims', 'tiny', '--device', 'cpu', '--iters', '1',
+                             '--warmup-iters', '0', '--cameras', '1'])
+    engine = Pi0Engine.random(ModelDims.tiny(), state_dim=args.state_dim,
+                              action_dim=args.action_dim, num_cameras=1,
+                              options=EngineOptions(device='cpu', max_batch=2))
+    try:
+        bench.time_engine(engine, args, 2, 1, rtc_delay=3)  # usable requests: guided
+        monkeypatch.setattr(bench, 'rtc_requests', lambda results, delay: [
+            RTCRequest(r.normalized_actions[:, :1], delay) for r in results])  # wrong shape
+        with pytest.raises(RuntimeError, match='observation 0: the RTC request was not applied'):
+            bench.time_engine(engine, args, 2, 1, rtc_delay=3)
+    finally:
+        engine.close()
+
+
+def test_rtc_modes_parse_in_a_fixed_order_and_unknown_ones_stop_the_bench():
+    assert bench.parse_rtc_modes('') == []
+    assert bench.parse_rtc_modes(' jacobian, lerobot,lerobot') == ['lerobot', 'jacobian']
+    with pytest.raises(SystemExit, match='unknown mode.*paper'):
+        bench.parse_rtc_modes('lerobot,paper')
+    with pytest.raises(SystemExit, match='--rtc-delay must be in 0..49'):
+        main(['--dims', 'tiny', '--rtc', 'lerobot', '--rtc-delay', '50', '--out', '/nonexistent'])

@@ -4,7 +4,9 @@
 Benchmark Pi0Engine against LeRobot's PI0Policy (same process, device and weights).
 
 python -m pi0_ros.tools.bench --dims full --precision auto --batches 1,2,4,8 --out reports/bench
-Writes bench.json and PNG plots into --out; prints a summary table.
+Writes bench.json and PNG plots into --out; prints a summary table. --rtc lerobot,jacobian also
+times Real-Time Chunking guided calls against plain ones, per batch size, on engines of the
+same weights built with EngineOptions.rtc (one per mode).
 """
 import argparse
 import dataclasses
@@ -22,12 +24,15 @@ import torch
 
 from pi0_ros import nvml
 from pi0_ros.engine import EngineOptions, kernel_configs, memory, ModelDims, Pi0Engine
-from pi0_ros.engine.config import parse_layer_ranges
+from pi0_ros.engine.config import parse_layer_ranges, RTCOptions, RTCRequest
 from pi0_ros.engine.engine import resolve_device, resolve_dtype
 from pi0_ros.engine.loading import NormStats
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer
 
 INSTRUCTION = 'pick up the red block and put it in the bowl'
+# --rtc modes: RTCOptions.jacobian of each (False: LeRobot 0.6.1's correction, the weighted
+# error; True: the paper's vector-Jacobian product through the action expert).
+RTC_MODES = {'lerobot': False, 'jacobian': True}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -85,6 +90,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='let the memory planner pick the max_batch of the sweep engine '
                              '(the largest power-of-two bucket up to max(--batches) whose '
                              'estimate fits)')
+    parser.add_argument('--rtc', default='',
+                        help='comma-separated Real-Time Chunking modes to time against plain '
+                             "calls at every batch size: 'lerobot' (RTCOptions.jacobian "
+                             "False, LeRobot 0.6.1's correction), 'jacobian' (True, the "
+                             "paper's); one engine per mode, built with EngineOptions.rtc")
+    parser.add_argument('--rtc-delay', type=int, default=3,
+                        help="with --rtc: each guided call's inference_delay; its previous "
+                             "chunk is the last call's normalized_actions from this row on")
     parser.add_argument('--out', default='reports/bench')
     return parser.parse_args(argv)
 
@@ -203,22 +216,65 @@ def make_frames(args, count: int, seed: int) -> list:
     return [random_frames(rng, args.cameras, (height, width)) for _ in range(count)]
 
 
-def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
-    """Latency of infer / infer_batch with new frames every call (no vision cache hits)."""
+def rtc_requests(results: list, delay: int) -> list:
+    """
+    Return one RTCRequest per result, as a control loop makes them after `delay` actions.
+
+    Each observation's previous chunk is its last result's normalized_actions from row
+    `delay` on (the actions not yet executed); horizon, schedule and guidance weight are the
+    engine's RTCOptions defaults.
+    """
+    return [RTCRequest(result.normalized_actions[delay:], inference_delay=delay)
+            for result in results]
+
+
+def check_guided(results: list, batch: int) -> None:
+    """Raise RuntimeError unless every result of a guided call was guided (no fallback)."""
+    for slot, result in enumerate(results):
+        if not result.rtc_applied:
+            raise RuntimeError(f'batch {batch}, observation {slot}: the RTC request was not '
+                               f'applied ({result.rtc_reason!r}); the timing would be of the '
+                               'plain path')
+
+
+def time_engine(engine: Pi0Engine, args, batch: int, iters: int,
+                rtc_delay: 'int | None' = None) -> dict:
+    """
+    Latency of infer / infer_batch with new frames every call (no vision cache hits).
+
+    rtc_delay: guide every call (Real-Time Chunking) towards the previous call's chunk of
+    each observation (rtc_requests; the first guided call's comes from one plain call before
+    the warm-up calls); every result must be guided (check_guided). The requests are made
+    before the clock starts, as the node makes them before calling the engine.
+    """
     pool = make_frames(args, 4 * batch, seed=batch)
     rng = np.random.default_rng(batch)
     states = rng.normal(size=(4 * batch, engine.state_dim)).astype(np.float32)
     latencies, stages = [], {key: [] for key in ('preprocess', 'vision', 'prefix', 'denoise')}
+    previous = []  # the last call's results (their chunks guide the next call)
+    counts = {'guided_calls': 0, 'guided_results': 0, 'applied_results': 0}
 
-    def call(index):
+    def call(index, guided=rtc_delay is not None):
         picks = [(index * batch + k) % len(pool) for k in range(batch)]
+        requests = rtc_requests(previous, rtc_delay) if guided else [None] * batch
         start = time.perf_counter()
         if batch == 1:
-            results = [engine.infer(pool[picks[0]], states[picks[0]], args.instruction)]
+            results = [engine.infer(pool[picks[0]], states[picks[0]], args.instruction,
+                                    rtc=requests[0])]
         else:
-            results = engine.infer_batch([(pool[p], states[p], args.instruction) for p in picks])
-        return (time.perf_counter() - start) * 1e3, results[0].timings_ms
+            results = engine.infer_batch([(pool[p], states[p], args.instruction) for p in picks],
+                                         rtc=requests if guided else None)
+        elapsed = (time.perf_counter() - start) * 1e3
+        if guided:
+            counts['guided_calls'] += 1
+            counts['guided_results'] += len(results)
+            counts['applied_results'] += sum(bool(r.rtc_applied) for r in results)
+            check_guided(results, batch)
+        previous[:] = results
+        return elapsed, results[0].timings_ms
 
+    if rtc_delay is not None:
+        call(-1, guided=False)  # the first previous chunk
     for index in range(args.warmup_iters):
         call(index)
     with GpuSampler(engine.device) as sampler:  # the timed calls only
@@ -235,6 +291,8 @@ def time_engine(engine: Pi0Engine, args, batch: int, iters: int) -> dict:
     summary['chunks_per_s_mean'] = 1e3 * batch * len(latencies) / sum(latencies)  # all calls
     summary['stages_p50_ms'] = {key: float(np.median(v)) for key, v in stages.items()}
     summary['latencies_ms'] = latencies
+    if rtc_delay is not None:
+        summary['rtc'] = {'inference_delay': rtc_delay, **counts}  # warm-up calls included
     return summary
 
 
@@ -304,12 +362,16 @@ def engine_options(args, max_batch: int) -> EngineOptions:
                          **prefix_fp8_options(args))
 
 
-def bench_engine(args, dims: ModelDims, batches: list) -> dict:
+def bench_engine(args, dims: ModelDims, batches: list,
+                 rtc: 'RTCOptions | None' = None) -> dict:
     """
     Start-up time, latency per batch size and peak memory of a random-weight engine.
 
     The engine is built for max(batches); start-up and peak memory therefore include every
     batch bucket's buffers and graphs (run with --batches 1 for the batch-1 node set-up).
+    rtc: build it with EngineOptions.rtc (guided graphs captured at warm-up; the same random
+    weights, seed 0) and time, per batch size, plain calls then guided calls right after
+    (--rtc-delay): batches[b] = {'plain': ..., 'guided': ..., 'ratio_p50': guided / plain}.
     """
     device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available()
                           else ('cpu' if args.device == 'auto' else args.device))
@@ -318,9 +380,11 @@ def bench_engine(args, dims: ModelDims, batches: list) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
     start = time.perf_counter()
+    options = engine_options(args, max(batches))
+    if rtc is not None:
+        options = dataclasses.replace(options, rtc=rtc)
     engine = Pi0Engine.random(dims, state_dim=args.state_dim, action_dim=args.action_dim,
-                              num_cameras=args.cameras, options=engine_options(args,
-                                                                               max(batches)))
+                              num_cameras=args.cameras, options=options)
     synchronize(engine.device)
     built = time.perf_counter()
     engine.warmup()
@@ -330,11 +394,21 @@ def bench_engine(args, dims: ModelDims, batches: list) -> dict:
               'build_s': built - start, 'warmup_s': ready - built, 'startup_s': ready - start,
               'parameters': int(sum(t.numel() for t in engine.weights.tensors())),
               'batches': {}}
+    if rtc is not None:
+        report['rtc_options'] = dataclasses.asdict(rtc)
     for batch in batches:
-        report['batches'][str(batch)] = time_engine(engine, args, batch, args.iters)
-        print(f"  engine batch {batch}: p50 {report['batches'][str(batch)]['p50']:.2f} ms",
-              flush=True)
-    if 1 in batches and args.cameras > 1:
+        plain = time_engine(engine, args, batch, args.iters)
+        print(f"  engine batch {batch}: p50 {plain['p50']:.2f} ms", flush=True)
+        if rtc is None:
+            report['batches'][str(batch)] = plain
+            continue
+        guided = time_engine(engine, args, batch, args.iters, rtc_delay=args.rtc_delay)
+        report['batches'][str(batch)] = {'plain': plain, 'guided': guided,
+                                         'ratio_p50': guided['p50'] / plain['p50'],
+                                         'ratio_p99': guided['p99'] / plain['p99']}
+        print(f"  engine batch {batch}, RTC guided (jacobian {rtc.jacobian}): p50 "
+              f"{guided['p50']:.2f} ms ({guided['p50'] / plain['p50']:.2f}x plain)", flush=True)
+    if 1 in batches and args.cameras > 1 and rtc is None:
         report['frames_ahead'] = time_frames_ahead(engine, args, args.iters)
     if engine.device.type == 'cuda':
         report['peak_memory_gib'] = (torch.cuda.max_memory_allocated(engine.device) - base) \
@@ -541,6 +615,11 @@ def plot(report: dict, out: Path) -> list:
     for batch, data in batches.items():
         values = np.sort(data['latencies_ms'])
         axes[0].plot(values, np.linspace(0, 1, len(values)), label=f'batch {batch}')
+    for mode, result in report.get('rtc', {}).get('modes', {}).items():
+        for batch, entry in result['batches'].items():
+            values = np.sort(entry['guided']['latencies_ms'])
+            axes[0].plot(values, np.linspace(0, 1, len(values)), ':',
+                         label=f'batch {batch}, RTC {mode}')
     for case, label in (('last_camera_in_call', 'batch 1, last camera in the call'),
                         ('all_cameras_ahead', 'batch 1, every camera ahead')):
         if 'frames_ahead' in report['engine']:
@@ -589,6 +668,48 @@ def plot(report: dict, out: Path) -> list:
     return written
 
 
+def parse_rtc_modes(value: str) -> list:
+    """Return the --rtc modes in RTC_MODES order (raise SystemExit naming an unknown one)."""
+    modes = {mode.strip().lower() for mode in value.split(',') if mode.strip()}
+    unknown = sorted(modes - set(RTC_MODES))
+    if unknown:
+        raise SystemExit(f'--rtc: unknown mode(s) {", ".join(unknown)}; expected a '
+                         f'comma-separated list of {", ".join(RTC_MODES)}')
+    return [mode for mode in RTC_MODES if mode in modes]
+
+
+def bench_rtc(args, dims: ModelDims, batches: list, modes: list) -> dict:
+    """
+    Guided (Real-Time Chunking) calls against plain ones: one engine per mode, one at a time.
+
+    Each engine has the timed engine's options plus EngineOptions.rtc (RTCOptions defaults,
+    jacobian per mode) and the same random weights; it is closed before the next is built.
+    """
+    report = {'inference_delay': args.rtc_delay,
+              'request': "per observation, the previous call's normalized_actions from row "
+                         'inference_delay on; execution_horizon, schedule and '
+                         "max_guidance_weight: the engine's RTCOptions() defaults",
+              'modes': {}}
+    for mode in modes:
+        print(f'[bench] RTC {mode} (jacobian {RTC_MODES[mode]}): plain then guided calls, '
+              f'batches {batches}, inference_delay {args.rtc_delay}', flush=True)
+        report['modes'][mode] = bench_engine(args, dims, batches,
+                                             rtc=RTCOptions(jacobian=RTC_MODES[mode]))
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return report
+
+
+def rtc_summary(entry: dict) -> dict:
+    """Return the per-batch view of a guided timing: latency, ratio to plain, throughput."""
+    guided, plain = entry['guided'], entry['plain']
+    return {'p50': guided['p50'], 'p90': guided['p90'], 'p99': guided['p99'],
+            'chunks_per_s': guided['chunks_per_s'], 'stages_p50_ms': guided['stages_p50_ms'],
+            'plain_p50_same_engine': plain['p50'], 'ratio_to_plain_p50': entry['ratio_p50'],
+            'guided_results': guided['rtc']['guided_results'],
+            'applied_results': guided['rtc']['applied_results']}
+
+
 def apply_kernel_config(setting: str) -> None:
     """Set NAME=VALUE (switch, number or name; none = None) in kernel_configs."""
     name, _, value = setting.partition('=')
@@ -608,9 +729,31 @@ def apply_kernel_config(setting: str) -> None:
     setattr(kernel_configs, name, parsed)
 
 
+def print_rtc_table(rtc: dict) -> None:
+    """Print the guided timings of every mode next to the plain ones of the same engine."""
+    for mode, result in rtc['modes'].items():
+        print(f"RTC {mode} engine (jacobian {result['rtc_options']['jacobian']}): startup "
+              f"{result['startup_s']:.1f} s (warmup {result['warmup_s']:.1f} s)"
+              + (f", peak {result['peak_memory_gib']:.2f} GiB (planner "
+                 f"{result['memory_estimate_gib']:.2f})" if 'peak_memory_gib' in result else ''))
+    print(f"RTC guided calls (inference_delay {rtc['inference_delay']}), plain p50 of the same "
+          'engine right before')
+    print(f"{'batch':>5} {'mode':>8} {'plain':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+          f"{'ratio':>6} {'chunks/s':>9}  stages p50 (pre/vis/prefix/denoise)")
+    for mode, result in rtc['modes'].items():
+        for batch, entry in result['batches'].items():
+            guided = entry['guided']
+            stages = '/'.join(f"{guided['stages_p50_ms'][k]:.2f}" for k in
+                              ('preprocess', 'vision', 'prefix', 'denoise'))
+            print(f"{batch:>5} {mode:>8} {entry['plain']['p50']:8.2f} {guided['p50']:8.2f} "
+                  f"{guided['p90']:8.2f} {guided['p99']:8.2f} {entry['ratio_p50']:5.2f}x "
+                  f"{guided['chunks_per_s']:9.1f}  {stages}")
+
+
 def main(argv=None) -> int:
     """Entry point of `python -m pi0_ros.tools.bench`, `pi0-ros-bench` and scripts/bench."""
     args = parse_args(argv)
+    rtc_modes = parse_rtc_modes(args.rtc)
     if args.no_pdl:
         kernel_configs.PDL = False
     for setting in args.kernel_config:
@@ -619,6 +762,9 @@ def main(argv=None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     dims = ModelDims.full() if args.dims == 'full' else ModelDims.tiny()
     batches = sorted({int(b) for b in args.batches.split(',') if b.strip()})
+    if rtc_modes and not 0 <= args.rtc_delay < dims.chunk_size:
+        raise SystemExit(f'--rtc-delay must be in 0..{dims.chunk_size - 1} (the chunk has '
+                         f'{dims.chunk_size} rows), got {args.rtc_delay}')
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {'config': vars(args),
@@ -644,6 +790,12 @@ def main(argv=None) -> int:
         report['engine_sweep'] = sweep
         report['engine']['batches'].update({k: v for k, v in sweep['batches'].items()
                                             if k != '1'})
+    if rtc_modes:
+        report['rtc'] = bench_rtc(args, dims, batches, rtc_modes)
+        for mode, result in report['rtc']['modes'].items():
+            for batch, entry in result['batches'].items():
+                report['engine']['batches'][batch].setdefault('rtc', {})[mode] = \
+                    rtc_summary(entry)
     memory_batches = sorted({int(b) for b in args.memory_sweep.split(',') if b.strip()})
     if memory_batches and torch.cuda.is_available() and args.device != 'cpu':
         print(f'[bench] memory sweep, max_batch {memory_batches}', flush=True)
@@ -683,6 +835,8 @@ def main(argv=None) -> int:
             power += f", {gpu['joules_per_chunk']:.2f} J/chunk"
         print(f"{batch:>5} {data['p50']:8.2f} {data['p90']:8.2f} {data['p99']:8.2f} "
               f"{data['chunks_per_s']:9.1f}  {stages}{power}")
+    if 'rtc' in report:
+        print_rtc_table(report['rtc'])
     if 'frames_ahead' in engine:
         ahead = engine['frames_ahead']
         print(f"batch 1, frames encoded as they arrive: one camera encoded ahead "
