@@ -28,6 +28,8 @@ def test_a_chunk_that_continues_the_executing_one_disagrees_by_nothing():
 def test_an_offset_is_a_position_disagreement_and_a_slope_a_velocity_one():
     offset = overlap_disagreement(ramp(0.0), ramp(0.3, offset=0.1), switch_time=0.3)
     assert math.isclose(offset.position_rms, 0.1 * math.sqrt(2), rel_tol=1e-9)
+    assert len(offset.position_gaps) == offset.overlap_steps
+    assert all(math.isclose(gap, 0.1 * math.sqrt(2), rel_tol=1e-9) for gap in offset.position_gaps)
     assert offset.velocity_rms < 1e-9
     steeper = overlap_disagreement(ramp(0.0), ramp(0.3, slope=1.5, offset=-0.3),
                                    switch_time=0.3)

@@ -30,6 +30,7 @@ class SeamDisagreement:
     overlap_steps: int
     position_rms: float   # joint units (rad, m)
     velocity_rms: float   # joint units per second
+    position_gaps: tuple  # L2 over joints of (new - executing) at each overlapping action
 
 
 def overlap_disagreement(executing: Chunk, new: Chunk, switch_time: float):
@@ -51,7 +52,7 @@ def overlap_disagreement(executing: Chunk, new: Chunk, switch_time: float):
     velocity = np.linalg.norm(np.diff(proposed - executed, axis=0) / new.dt, axis=1)
     return SeamDisagreement(float(switch_time), int(indices.size),
                             float(np.sqrt(np.mean(position ** 2))),
-                            float(np.sqrt(np.mean(velocity ** 2))))
+                            float(np.sqrt(np.mean(velocity ** 2))), tuple(position.tolist()))
 
 
 def reference_acceleration(reference, switch_time: float, max_acceleration: np.ndarray,
@@ -75,7 +76,8 @@ def evaluate_seams(arrivals, config, limits, position=None):
     arrivals: [(arrival time, Chunk)] in arrival order, as the planner took them. The planner
     (config, limits) starts at rest at `position` (default: the first chunk's action at its
     arrival). Returns one dict per accepted chunk after the first: switch_time, overlap_steps,
-    position_rms, velocity_rms (None where the chunks do not overlap) and
+    position_rms, velocity_rms (None where the chunks do not overlap), position_gaps (per
+    overlapping action, from the switch on) and
     reference_acceleration (a multiple of the acceleration limit, over one blend duration plus
     two control periods from the switch) and chunk_acceleration, the same of the new chunk
     alone (what the hand-over adds is the difference).
@@ -101,6 +103,7 @@ def evaluate_seams(arrivals, config, limits, position=None):
                 'overlap_steps': 0 if seam is None else seam.overlap_steps,
                 'position_rms': None if seam is None else seam.position_rms,
                 'velocity_rms': None if seam is None else seam.velocity_rms,
+                'position_gaps': () if seam is None else seam.position_gaps,
                 'reference_acceleration': reference_acceleration(
                     planner.reference, time, limits.max_acceleration, config.control_period,
                     window),

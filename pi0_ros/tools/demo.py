@@ -219,7 +219,13 @@ def seam_summary(recorder, limits, control_rate, node_parameters, window):
             return None
         return {'mean': float(values.mean()), 'p50': float(np.percentile(values, 50)),
                 'p90': float(np.percentile(values, 90)), 'max': float(values.max())}
-    return {'count': len(seams),
+    # The disagreement by action after the switch (median over the seams that reach it): where
+    # a hand-over agrees with the plan and where it stops to.
+    steps = max((len(s['position_gaps']) for s in seams), default=0)
+    by_step = [float(np.median([s['position_gaps'][k] for s in seams
+                                if len(s['position_gaps']) > k])) for k in range(steps)]
+    seams = [{key: value for key, value in s.items() if key != 'position_gaps'} for s in seams]
+    return {'count': len(seams), 'position_gap_by_action_p50': by_step,
             'overlap_steps_mean': float(np.mean([s['overlap_steps'] for s in seams]))
             if seams else None,
             'position_rms': stats('position_rms'), 'velocity_rms': stats('velocity_rms'),

@@ -50,6 +50,7 @@ def mode_report(summary):
             'position_rms': seams['position_rms'], 'velocity_rms': seams['velocity_rms'],
             'reference_acceleration_ratio': seams['reference_acceleration_ratio'],
             'chunk_acceleration_ratio': seams['chunk_acceleration_ratio'],
+            'position_gap_by_action_p50': seams['position_gap_by_action_p50'],
             'over_acceleration_limit': seams['over_acceleration_limit'],
             'tracking_error_rad': summary['tracking_error_rad'],
             'following_fraction': summary['following_fraction'],
@@ -65,8 +66,8 @@ def write_plot(output, summaries):
             ('velocity_rms', 'velocity disagreement over the overlap [rad/s]'),
             ('reference_acceleration', 'reference acceleration / limit'),
             ('chunk_acceleration', "the new chunk's own acceleration / limit"))
-    figure, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.8))
-    for axis, (key, label) in zip(axes, keys):
+    figure, axes = plt.subplots(1, len(keys) + 1, figsize=(4.5 * (len(keys) + 1), 3.8))
+    for axis, (key, label) in zip(axes[1:], keys):
         for mode, summary in summaries.items():
             values = np.sort([s[key] for s in summary['seams']['seams'] if s[key] is not None])
             if values.size:
@@ -76,9 +77,16 @@ def write_plot(output, summaries):
         axis.set_xlabel(label)
         axis.set_ylabel('share of seams')
         axis.grid(alpha=0.3)
-    for axis in axes[2:]:
+    for axis in axes[3:]:
         axis.axvline(1.0, color='k', lw=0.8, ls='--')
+    for mode, summary in summaries.items():
+        profile = summary['seams']['position_gap_by_action_p50']
+        axes[0].plot(np.arange(len(profile)), profile, label=mode)
+    axes[0].set_xlabel('new action after the switch')
+    axes[0].set_ylabel('disagreement with the plan [rad], p50')
+    axes[0].grid(alpha=0.3)
     axes[0].legend()
+    axes[1].legend()
     figure.suptitle('At every chunk switch (cumulative distribution)')
     figure.tight_layout()
     figure.savefig(output / 'seams.png', dpi=90)
