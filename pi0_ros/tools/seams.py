@@ -26,6 +26,8 @@ MODES = {
     'none': {'blend_duration': 0.0},   # the new chunk takes over at once
     'blend': {},                       # blended in over blend_duration (the default)
     'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan
+    # ... guided over the whole chunk (the default guides the delay and 10 actions)
+    'rtc_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50},
 }
 
 
