@@ -412,7 +412,7 @@ def main(argv=None):
         remaps=[('joint_trajectory', 'arm_controller/joint_trajectory')]), env, output)
     processes = [sim, control]
 
-    rclpy.init()
+    rclpy.init(args=[])  # not sys.argv: a NAME:=VALUE option would read as a ROS remap
     node = rclpy.create_node('pi0_demo')
     recorder = Recorder(node, limits.names)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,

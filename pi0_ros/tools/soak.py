@@ -674,7 +674,7 @@ def run_monitor(args):
         '--instruction-period', str(args.instruction_period)], env, output)
         for role in FEEDER_STREAMS]
     processes = [control, *feeders]
-    rclpy.init()
+    rclpy.init(args=[])  # not sys.argv: a NAME:=VALUE option would read as a ROS remap
     node = rclpy.create_node('pi0_soak_monitor')
     monitor = Monitor(node, control.popen.pid, [f.popen.pid for f in feeders])
     crashed = ''
