@@ -109,12 +109,12 @@ SPECS = {
                                     'the next tick (the fixed-rate ticks go on unchanged: the '
                                     'controller then receives control_rate plus the chunk rate '
                                     'messages per second)', dynamic=True),
-    'chunk_handover': Spec('blend', 'How a new chunk takes over from the executing one: blend = '
-                                    'blended in over blend_duration (or temporal_ensembling); '
-                                    'rtc = Real-Time Chunking: the engine makes it continue the '
-                                    'executing plan (the actions of the expected inference '
-                                    'delay held to it, the next rtc_execution_horizon guided '
-                                    'with a decaying weight) and it takes over at once'),
+    'chunk_handover': Spec('rtc', 'How a new chunk takes over from the executing one: rtc = '
+                                  'Real-Time Chunking: the engine makes it continue the '
+                                  'executing plan (the actions of the expected inference '
+                                  'delay held to it, the next rtc_execution_horizon guided '
+                                  'with a decaying weight) and it takes over at once; blend = '
+                                  'blended in over blend_duration (or temporal_ensembling)'),
     'rtc_execution_horizon': Spec(10, 'rtc: actions of the new chunk guided towards the '
                                       'executing plan (the delay counts in), steps', 1, 1000),
     'rtc_schedule': Spec('linear', 'rtc: guidance weight over the execution horizon after the '
@@ -125,10 +125,10 @@ SPECS = {
                                 "a constant of the noisy actions); true = the paper's "
                                 'vector-Jacobian product through the action expert (one more '
                                 'backward pass of the expert per step)'),
-    'blend_duration': Spec(0.2, 'Seconds over which a new chunk is blended into the executing '
-                                'one', 0.0, 5.0, dynamic=True),
-    'temporal_ensembling': Spec(False, 'Average overlapping chunks (ACT-style) instead of '
-                                       'blending at the seam'),
+    'blend_duration': Spec(0.2, 'chunk_handover blend: seconds over which a new chunk is blended '
+                                'into the executing one', 0.0, 5.0, dynamic=True),
+    'temporal_ensembling': Spec(False, 'chunk_handover blend: average overlapping chunks '
+                                       '(ACT-style) instead of blending at the seam'),
     'ensembling_decay': Spec(0.1, 'Temporal ensembling weight decay per action', 0.0, 10.0),
     'inference_trigger': Spec('continuous', 'continuous = infer on every synchronized '
                                             'observation (latest wins); horizon = only when the '

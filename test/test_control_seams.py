@@ -89,4 +89,18 @@ def test_a_replayed_run_measures_each_seam_of_the_chunks_the_planner_took():
     # The 10 cm switch with no blending: 0.1 / 0.02^2 = 250 rad/s^2 against 10.
     assert seams[0]['reference_acceleration'] > 20.0
     assert seams[0]['chunk_acceleration'] < 1e-6  # a ramp: all of it is the hand-over's
+    assert seams[0]['handover_acceleration'] > 20.0
+    assert seams[1]['handover_acceleration'] < 1e-6
     assert seams[1]['reference_acceleration'] < 1e-6
+
+
+def test_a_rough_chunk_that_continues_the_plan_adds_no_acceleration_at_its_seam():
+    limits = JointLimits(np.array([-3.0, -3.0]), np.array([3.0, 3.0]), np.array([2.0, 2.0]),
+                         np.array([10.0, 10.0]))
+    config = PlannerConfig(control_period=0.02, point_spacing=0.02, blend_duration=0.0)
+    rough = np.random.default_rng(0).normal(0.0, 0.05, (200, 2))  # on one time grid
+    executing = Chunk(0.0, DT, rough[:50])
+    new = Chunk(0.2, DT, rough[10:60])  # the same motion from 0.2 s on
+    seam = evaluate_seams([(0.1, executing), (0.25, new)], config, limits)[0]
+    assert seam['chunk_acceleration'] > 5.0        # the chunk's own roughness
+    assert seam['handover_acceleration'] < 1e-6    # the switch adds nothing to it

@@ -12,7 +12,8 @@ on recorded runs. At a switch time s, when a new chunk replaces the executing on
 - reference acceleration: the largest acceleration of the planner's reference (what it tracks,
   before its limits clip anything) over a window from just before s, as a multiple of each
   joint's acceleration limit (1.0 = at the limit), next to the new chunk's own over the same
-  window: a rough chunk (random weights) is fast everywhere, not only at its seam.
+  window (a rough chunk, as random weights make, is fast everywhere, not only at its seam) and
+  the hand-over's: the acceleration of the reference minus the new chunk, what the switch adds.
 """
 from dataclasses import dataclass
 
@@ -56,15 +57,16 @@ def overlap_disagreement(executing: Chunk, new: Chunk, switch_time: float):
 
 
 def reference_acceleration(reference, switch_time: float, max_acceleration: np.ndarray,
-                           step: float, window: float) -> float:
+                           step: float, window: float, minus=None) -> float:
     """
     Return the largest |acceleration| of reference over [switch_time - step, + window].
 
     reference(times [M]) -> positions [M, J] (e.g. ChunkPlanner.reference); the acceleration
     is the second difference over `step` seconds, per joint as a multiple of max_acceleration.
+    With minus (another such function), of reference - minus: what the reference adds to it.
     """
     times = switch_time + step * np.arange(-2, int(np.ceil(window / step)) + 2)
-    positions = reference(times)
+    positions = reference(times) if minus is None else reference(times) - minus(times)
     acceleration = np.abs(np.diff(positions, n=2, axis=0)) / (step * step)
     return float(np.max(acceleration / np.asarray(max_acceleration)[None, :]))
 
@@ -79,8 +81,9 @@ def evaluate_seams(arrivals, config, limits, position=None):
     position_rms, velocity_rms (None where the chunks do not overlap), position_gaps (per
     overlapping action, from the switch on) and
     reference_acceleration (a multiple of the acceleration limit, over one blend duration plus
-    two control periods from the switch) and chunk_acceleration, the same of the new chunk
-    alone (what the hand-over adds is the difference).
+    two control periods from the switch), chunk_acceleration, the same of the new chunk alone,
+    and handover_acceleration, the same of the reference minus the new chunk: what the
+    hand-over adds to the chunk's own motion.
     """
     if not arrivals:
         return []
@@ -109,6 +112,9 @@ def evaluate_seams(arrivals, config, limits, position=None):
                     window),
                 'chunk_acceleration': reference_acceleration(
                     chunk.sample_many, time, limits.max_acceleration, config.control_period,
-                    window)})
+                    window),
+                'handover_acceleration': reference_acceleration(
+                    planner.reference, time, limits.max_acceleration, config.control_period,
+                    window, minus=chunk.sample_many)})
         executing = chunk
     return seams

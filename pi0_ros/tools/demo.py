@@ -231,6 +231,9 @@ def seam_summary(recorder, limits, control_rate, node_parameters, window):
             'position_rms': stats('position_rms'), 'velocity_rms': stats('velocity_rms'),
             'reference_acceleration_ratio': stats('reference_acceleration'),
             'chunk_acceleration_ratio': stats('chunk_acceleration'),
+            'handover_acceleration_ratio': stats('handover_acceleration'),
+            'handover_over_acceleration_limit': int(sum(s['handover_acceleration'] > 1.0
+                                                        for s in seams)),
             'over_acceleration_limit': int(sum(s['reference_acceleration'] > 1.0 for s in seams)),
             'seams': seams}
 

@@ -23,9 +23,9 @@ from pi0_ros.tools import demo
 
 # The node parameters of each way of handing a chunk over to the next.
 MODES = {
-    'none': {'blend_duration': 0.0},   # the new chunk takes over at once
-    'blend': {},                       # blended in over blend_duration (the default)
-    'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan
+    'none': {'chunk_handover': 'blend', 'blend_duration': 0.0},  # takes over at once
+    'blend': {'chunk_handover': 'blend'},  # blended in over blend_duration (0.2 s)
+    'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan (default)
     # ... guided over the whole chunk (the default guides the delay and 10 actions)
     'rtc_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50},
 }
@@ -52,6 +52,8 @@ def mode_report(summary):
             'position_rms': seams['position_rms'], 'velocity_rms': seams['velocity_rms'],
             'reference_acceleration_ratio': seams['reference_acceleration_ratio'],
             'chunk_acceleration_ratio': seams['chunk_acceleration_ratio'],
+            'handover_acceleration_ratio': seams['handover_acceleration_ratio'],
+            'handover_over_acceleration_limit': seams['handover_over_acceleration_limit'],
             'position_gap_by_action_p50': seams['position_gap_by_action_p50'],
             'over_acceleration_limit': seams['over_acceleration_limit'],
             'tracking_error_rad': summary['tracking_error_rad'],
@@ -67,7 +69,8 @@ def write_plot(output, summaries):
     keys = (('position_rms', 'position disagreement over the overlap [rad]'),
             ('velocity_rms', 'velocity disagreement over the overlap [rad/s]'),
             ('reference_acceleration', 'reference acceleration / limit'),
-            ('chunk_acceleration', "the new chunk's own acceleration / limit"))
+            ('chunk_acceleration', "the new chunk's own acceleration / limit"),
+            ('handover_acceleration', "the hand-over's acceleration / limit"))
     figure, axes = plt.subplots(1, len(keys) + 1, figsize=(4.5 * (len(keys) + 1), 3.8))
     for axis, (key, label) in zip(axes[1:], keys):
         for mode, summary in summaries.items():
@@ -116,10 +119,12 @@ def main(argv=None):
         position = item['position_rms'] or {}
         reference = item['reference_acceleration_ratio'] or {}
         own = item['chunk_acceleration_ratio'] or {}
+        added = item['handover_acceleration_ratio'] or {}
         print(f"{mode:>6}: {item['seams']} seams, position disagreement p50 "
               f"{position.get('p50', float('nan')):.4f} rad, reference acceleration p50 "
               f"{reference.get('p50', float('nan')):.2f} of the limit (the chunks' own "
-              f"{own.get('p50', float('nan')):.2f}), tracking error mean "
+              f"{own.get('p50', float('nan')):.2f}, the hand-over's "
+              f"{added.get('p50', float('nan')):.2f}), tracking error mean "
               f"{(item['tracking_error_rad'] or {}).get('mean') or float('nan'):.4f} rad")
     print(f'report: {output}/seams.json, seams.png')
     return 0 if all(code == 0 for code in codes.values()) else 1
