@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine
-from pi0_ros.engine.lerobot_reference import (build_lerobot_policy, lerobot_batch,
-                                              lerobot_predict, make_lerobot_processors,
-                                              save_lerobot_checkpoint)
-from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
+from pi0_ros.engine.lerobot_reference import (lerobot_batch, lerobot_predict,
+                                              save_random_reference)
+from pi0_ros.engine.tokenizer import load_tokenizer, tokenize_prompt
 
 DIMS = ModelDims.tiny()
 STATE_DIM = 7
@@ -21,19 +20,9 @@ FRAME_SHAPES = [(480, 640, 3), (224, 224, 3), (300, 200, 3)]
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
     """Build a LeRobot policy, its processors and the checkpoint directory it saved."""
-    rng = np.random.default_rng(7)
-    policy = build_lerobot_policy(DIMS, state_dim=STATE_DIM, action_dim=ACTION_DIM,
-                                  num_cameras=CAMERAS, seed=3)
-    tokenizer = build_builtin_tokenizer()
-    state_stats = {'mean': rng.normal(size=STATE_DIM).astype(np.float32),
-                   'std': rng.uniform(0.5, 2.0, STATE_DIM).astype(np.float32)}
-    action_stats = {'mean': rng.normal(size=ACTION_DIM).astype(np.float32),
-                    'std': rng.uniform(0.5, 2.0, ACTION_DIM).astype(np.float32)}
-    pre, post = make_lerobot_processors(policy, tokenizer, state_stats, action_stats)
-    directory = tmp_path_factory.mktemp('pi0_checkpoint')
-    save_lerobot_checkpoint(directory, policy, pre, post, tokenizer)
-    return {'policy': policy, 'pre': pre, 'post': post, 'dir': directory,
-            'action_stats': action_stats}
+    return save_random_reference(tmp_path_factory.mktemp('pi0_checkpoint'), DIMS,
+                                 state_dim=STATE_DIM, action_dim=ACTION_DIM,
+                                 num_cameras=CAMERAS, policy_seed=3, stats_seed=7)
 
 
 def observation(seed: int, instruction: str = 'pick up the red block'):

@@ -17,11 +17,9 @@ import torch
 
 from pi0_ros.engine import EngineOptions, InputError, ModelDims, Pi0Engine, RTCOptions, RTCRequest
 from pi0_ros.engine.config import RTC_SCHEDULES
-from pi0_ros.engine.lerobot_reference import (build_lerobot_policy, lerobot_predict,
-                                              make_lerobot_processors, save_lerobot_checkpoint,
+from pi0_ros.engine.lerobot_reference import (lerobot_predict, save_random_reference,
                                               set_lerobot_rtc)
 from pi0_ros.engine.rtc import guidance_weights, plan_guidance, prefix_weights
-from pi0_ros.engine.tokenizer import build_builtin_tokenizer
 
 DIMS = ModelDims.tiny()
 STATE_DIM = 7
@@ -34,18 +32,9 @@ CHUNK = DIMS.chunk_size
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
     """Build a LeRobot policy, its processors and the checkpoint directory it saved."""
-    rng = np.random.default_rng(17)
-    policy = build_lerobot_policy(DIMS, state_dim=STATE_DIM, action_dim=ACTION_DIM,
-                                  num_cameras=CAMERAS, seed=5)
-    tokenizer = build_builtin_tokenizer()
-    state_stats = {'mean': rng.normal(size=STATE_DIM).astype(np.float32),
-                   'std': rng.uniform(0.5, 2.0, STATE_DIM).astype(np.float32)}
-    action_stats = {'mean': rng.normal(size=ACTION_DIM).astype(np.float32),
-                    'std': rng.uniform(0.5, 2.0, ACTION_DIM).astype(np.float32)}
-    pre, post = make_lerobot_processors(policy, tokenizer, state_stats, action_stats)
-    directory = tmp_path_factory.mktemp('pi0_rtc_checkpoint')
-    save_lerobot_checkpoint(directory, policy, pre, post, tokenizer)
-    return {'policy': policy, 'pre': pre, 'post': post, 'dir': directory}
+    return save_random_reference(tmp_path_factory.mktemp('pi0_rtc_checkpoint'), DIMS,
+                                 state_dim=STATE_DIM, action_dim=ACTION_DIM,
+                                 num_cameras=CAMERAS, policy_seed=5, stats_seed=17)
 
 
 @pytest.fixture(scope='module')

@@ -126,6 +126,30 @@ def save_lerobot_checkpoint(directory, policy, preprocessor, postprocessor, toke
     tokenizer.save_pretrained(str(directory))
 
 
+def save_random_reference(directory, dims: ModelDims, *, state_dim: int, action_dim: int,
+                          num_cameras: int, policy_seed: int, stats_seed: int) -> dict:
+    """
+    Build a random LeRobot PI0Policy with random normalization stats and save it as a checkpoint.
+
+    Return {'policy', 'pre', 'post', 'dir', 'action_stats'}: LeRobot's side of an equivalence
+    test, and the directory Pi0Engine.from_pretrained loads the same model from.
+    """
+    from pi0_ros.engine.tokenizer import build_builtin_tokenizer
+    rng = np.random.default_rng(stats_seed)
+    policy = build_lerobot_policy(dims, state_dim=state_dim, action_dim=action_dim,
+                                  num_cameras=num_cameras, seed=policy_seed)
+    tokenizer = build_builtin_tokenizer()
+
+    def stats(size):
+        return {'mean': rng.normal(size=size).astype(np.float32),
+                'std': rng.uniform(0.5, 2.0, size).astype(np.float32)}
+    state_stats, action_stats = stats(state_dim), stats(action_dim)
+    pre, post = make_lerobot_processors(policy, tokenizer, state_stats, action_stats)
+    save_lerobot_checkpoint(directory, policy, pre, post, tokenizer)
+    return {'policy': policy, 'pre': pre, 'post': post, 'dir': directory,
+            'action_stats': action_stats}
+
+
 def lerobot_batch(frames, state, instruction, device) -> dict:
     """One raw observation in LeRobot's format (float [0, 1] CHW images)."""
     batch = {IMAGE_KEY.format(cam): torch.from_numpy(np.ascontiguousarray(frame)).to(device)
