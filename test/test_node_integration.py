@@ -398,9 +398,15 @@ def test_publish_on_chunk_sends_each_chunk_at_once_and_keeps_the_ticks_period(
     assert extra >= 0.8 * len(new_chunks) - 2, (len(window), elapsed, len(new_chunks))
     status = harness.latest_status()
     assert abs(status.control_rate_hz - rate) / rate < 0.05  # the ticks keep their period
-    output = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
-              for s in array.status if s.name.endswith(': output')][-1]
-    assert int(output['commands on chunk arrival']) >= len(new_chunks) * 0.8
+
+    def commands_on_chunk():
+        reports = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
+                   for s in array.status if s.name.endswith(': output')]
+        return int(reports[-1]['commands on chunk arrival']) if reports else 0
+
+    # Counted by the node: wait for the /diagnostics (5 Hz) that covers the window.
+    assert ros.spin_until(lambda: commands_on_chunk() >= len(new_chunks) * 0.8, 5.0,
+                          harness.process), (commands_on_chunk(), len(new_chunks))
     # Off again (a live parameter): commands only at the ticks.
     client = ros_node.node.create_client(SetParameters, 'pi0_ros/set_parameters')
     assert client.wait_for_service(timeout_sec=5.0)
@@ -441,7 +447,14 @@ def test_rtc_chunks_continue_the_executing_plan(start_process, ros_node):
         free.append(gap[30:40].mean())   # past the execution horizon (10): not guided
     # The random model's chunks are unrelated where free; where guided they continue the plan.
     assert np.median(guided) < 0.1 * np.median(free), (guided, free)
-    diagnostics = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
-                   for s in array.status if s.name.endswith(': engine')][-1]
-    assert int(diagnostics['chunks guided (rtc)']) >= 5
-    assert int(diagnostics['rtc fallbacks']) == 0
+
+    def engine_diagnostics():
+        reports = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
+                   for s in array.status if s.name.endswith(': engine')]
+        return reports[-1] if reports else {}
+
+    # The counts arrive with the next /diagnostics (5 Hz): wait for them, not for a report
+    # taken before the chunks above.
+    assert ros.spin_until(lambda: int(engine_diagnostics().get('chunks guided (rtc)', 0)) >= 5,
+                          5.0, harness.process), engine_diagnostics()
+    assert int(engine_diagnostics()['rtc fallbacks']) == 0
