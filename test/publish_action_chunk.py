@@ -4,8 +4,9 @@
 import sys
 
 import rclpy
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import SingleThreadedExecutor
 
+from pi0_ros.executors import spin_until_shutdown
 from pi0_ros.msg import ActionChunk
 
 TOPIC = 'dds_roundtrip/action_chunk'
@@ -38,10 +39,12 @@ def main():
     publisher = node.create_publisher(ActionChunk, TOPIC, 10)
     chunk = build_reference_chunk()
     node.create_timer(0.05, lambda: publisher.publish(chunk))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
     try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        # As the node does: a SIGINT between two waits can surface as an RCLError (invalid
+        # context) rather than ExternalShutdownException; that is a clean stop too.
+        spin_until_shutdown(executor)
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
