@@ -25,7 +25,7 @@ from pi0_ros.tools import demo
 MODES = {
     'none': {'chunk_handover': 'blend', 'blend_duration': 0.0},  # takes over at once
     'blend': {'chunk_handover': 'blend'},  # blended in over blend_duration (0.2 s)
-    'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan (default)
+    'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan
     # ... guided over the whole chunk (the default guides the delay and 10 actions)
     'rtc_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50},
 }
