@@ -9,10 +9,7 @@
 #   here:   bash scripts/make_gpu_bundle.sh                 (.gpusoak/: ROS 2 wheels + messages)
 #   device: bash benchmarks/run_h200_soak.sh [DURATION]     (carry ['.gpusoak'], timeout_s 600)
 #
-# The GPU machine has no ROS 2: the bundle's wheels are installed with --prefix (not --target,
-# which leaves out the wheels' lib/ data, where the ROS C libraries are), its generated messages
-# are copied into pi0_ros/, and PYTHONPATH / LD_LIBRARY_PATH point at them, as the ROS wheels'
-# bootstrapper does in a virtual environment.
+# The GPU machine has no ROS 2: benchmarks/ros_runtime.sh installs it from the bundle.
 # Files back in $OUT (7 of the 8 the tool returns): soak_gpu.log (this script's output) and
 # soak_gpu/ with summary.json, timeseries.png, control_period.png, control.log,
 # feeder_cameras.log, feeder_joints.log.
@@ -30,34 +27,13 @@ DEVICE="${SOAK_DEVICE:-cuda}"
 MODEL="${SOAK_MODEL:-full}"
 PRECISION="${SOAK_PRECISION:-bf16}"
 BUDGET="${SOAK_BUDGET:-570}"
-PREFIX="${GPUSOAK_PREFIX:-/tmp/pi0_ros_gpusoak}"
 REPORT="$OUT/soak_gpu"
+# shellcheck source=ros_runtime.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ros_runtime.sh"
 
 main() {
-  local bundle want have site libdir libs remaining rc
-  bundle="$(cd "${GPUSOAK_BUNDLE:-.gpusoak}" 2>/dev/null && pwd)" \
-    || { echo 'no .gpusoak/: run scripts/make_gpu_bundle.sh and carry .gpusoak'; return 1; }
-  want="$(awk '/^msg-sha256/ {print $2}' "$bundle/MANIFEST.txt")"
-  have="$(cat msg/*.msg | sha256sum | cut -d' ' -f1)"
-  [ "$want" = "$have" ] \
-    || { echo 'the bundle was made for another msg/: make it again'; return 1; }
-  head -1 "$bundle/MANIFEST.txt"
-
-  # ROS 2 runtime from the bundle's wheels.
-  rm -rf "$PREFIX"
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --disable-pip-version-check --prefix "$PREFIX" "$bundle"/wheels/*.whl || return 1
-  site="$(find "$PREFIX" -maxdepth 6 -path '*-packages/rclpy/__init__.py' -print -quit)"
-  site="${site%/rclpy/__init__.py}"
-  libdir="$(dirname "$(find "$PREFIX" -maxdepth 3 -name librcl.so -print -quit)")"
-  [ -d "$site/rclpy" ] && [ -f "$libdir/librcl.so" ] \
-    || { echo "rclpy or librcl.so not found under $PREFIX"; return 1; }
-  libs="$(find "$site" -maxdepth 1 -type d -name 'ros_*.libs' | sort | paste -sd:)"
-  # This package's generated messages, where scripts/setup_env.sh puts them.
-  cp -r "$bundle/interfaces/pi0_ros/." pi0_ros/
-  export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}"
-  LD_LIBRARY_PATH="$libdir:$bundle/interfaces/lib:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export LD_LIBRARY_PATH
+  local remaining rc
+  ros_runtime "$PWD" || return 1
   export RMW_IMPLEMENTATION=rmw_fastrtps_cpp ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   export PYTHONUNBUFFERED=1
 

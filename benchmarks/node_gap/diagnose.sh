@@ -32,46 +32,17 @@ PYTHON="${PYTHON:-python3}"
 BUDGET="${NODE_GAP_BUDGET:-560}"
 DRY_RUN="${DRY_RUN:-0}"
 BENCH_ITERS="${BENCH_ITERS:-100}"
-PREFIX=/tmp/pi0_ros_gpusoak
 mkdir -p "$OUT"
 
-ros_runtime() {
-  # The ROS 2 runtime: here (.venv) it imports already; on the GPU machine from the bundle, as
-  # benchmarks/run_h200_soak.sh installs it.
-  local bundle want have site libdir libs
-  if "$PYTHON" -c 'import rclpy, pi0_ros.msg' 2>/dev/null; then
-    echo 'ROS 2 runtime: already importable'
-    return 0
-  fi
-  bundle="$(cd "${GPUSOAK_BUNDLE:-.gpusoak}" 2>/dev/null && pwd)" \
-    || { echo 'no .gpusoak/: run scripts/make_gpu_bundle.sh here and carry .gpusoak'; return 1; }
-  want="$(awk '/^msg-sha256/ {print $2}' "$bundle/MANIFEST.txt")"
-  have="$(cat msg/*.msg | sha256sum | cut -d' ' -f1)"
-  [ "$want" = "$have" ] || { echo 'the bundle was made for another msg/: make it again'; return 1; }
-  head -1 "$bundle/MANIFEST.txt"
-  rm -rf "$PREFIX"
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --disable-pip-version-check --prefix "$PREFIX" "$bundle"/wheels/*.whl || return 1
-  site="$(find "$PREFIX" -maxdepth 6 -path '*-packages/rclpy/__init__.py' -print -quit)"
-  site="${site%/rclpy/__init__.py}"
-  libdir="$(dirname "$(find "$PREFIX" -maxdepth 3 -name librcl.so -print -quit)")"
-  [ -d "$site/rclpy" ] && [ -f "$libdir/librcl.so" ] \
-    || { echo "rclpy or librcl.so not found under $PREFIX"; return 1; }
-  libs="$(find "$site" -maxdepth 1 -type d -name 'ros_*.libs' | sort | paste -sd:)"
-  cp -r "$bundle/interfaces/pi0_ros/." pi0_ros/
-  export PYTHONPATH="$ROOT:$site${PYTHONPATH:+:$PYTHONPATH}"
-  LD_LIBRARY_PATH="$libdir:$bundle/interfaces/lib:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export LD_LIBRARY_PATH
-  "$PYTHON" -c 'import rclpy; from pi0_ros.msg import ActionChunk' || return 1
-  echo "ROS 2 runtime: installed from $bundle"
-}
+# shellcheck source=../ros_runtime.sh
+source "$ROOT/benchmarks/ros_runtime.sh"
 
 main() {
   local pyspy='' wheel remaining bench_timeout rc
   local -a bench_args probe_args
   export RMW_IMPLEMENTATION=rmw_fastrtps_cpp ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
   export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-  ros_runtime || return 1
+  ros_runtime "$ROOT" || return 1
   wheel="$(ls "$HERE"/wheels/py_spy-*.whl 2>/dev/null | head -1)"
   if [ -n "$wheel" ] && "$PYTHON" -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --disable-pip-version-check --upgrade --target /tmp/node_gap_pyspy \
