@@ -15,16 +15,17 @@ setup(
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/pi0_ros']),
         ('share/pi0_ros', ['package.xml']),
-        ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/sim.launch.py',
-                                  'launch/gazebo.launch.py']),
-        ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/example_arm.yaml',
-                                  'config/ros2_controllers.yaml',
+        ('share/pi0_ros/launch', ['launch/control.launch.py', 'launch/fleet.launch.py',
+                                  'launch/sim.launch.py', 'launch/gazebo.launch.py']),
+        ('share/pi0_ros/config', ['config/pi0_ros.yaml', 'config/fleet.yaml',
+                                  'config/example_arm.yaml', 'config/ros2_controllers.yaml',
                                   'config/fastdds_large_images.xml']),
     ],
     zip_safe=False,
     entry_points={
         'console_scripts': [
             'pi0-ros-control = pi0_ros.node:main',
+            'pi0-ros-fleet = pi0_ros.fleet:main',
             'pi0-ros-sim = pi0_ros.sim.node:main',
             'pi0-ros-bench = pi0_ros.tools.bench:main',
             'pi0-ros-demo = pi0_ros.tools.demo:main',

@@ -125,6 +125,7 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
             {'latency p50 ms': status.inference_latency_p50_ms,
              'latency p99 ms': status.inference_latency_p99_ms,
              'inferences': worker.counters['inferences'],
+             'inferences batched with other robots': worker.counters['batched'],
              'failures': worker.counters['failures'],
              'chunks discarded (old instruction)': worker.counters['discarded'],
              'chunks discarded by the node (old instruction, not commanding)':

@@ -71,3 +71,12 @@ def sim_camera_settings(device: str, given: dict) -> dict:
         if not settings[name] > 0:
             raise ValueError(f"launch argument {name}:='{text}' must be positive")
     return settings
+
+
+def parse_robots(text: str) -> list:
+    """Return the robot names of fleet.launch.py's `robots:=arm1,arm2` (distinct, non-empty)."""
+    robots = [name.strip().strip('/') for name in str(text).split(',') if name.strip()]
+    if not robots or len(set(robots)) != len(robots):
+        raise ValueError(f"launch argument robots:='{text}' must name one or more distinct "
+                         'robots, separated by commas')
+    return robots

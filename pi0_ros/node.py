@@ -60,11 +60,9 @@ _OUTPUT_STATES = {
 }
 
 
-def build_engine(settings):
-    """Build the engine the parameters ask for (called on the worker thread)."""
-    import torch
-
-    from pi0_ros.engine import EngineOptions, ModelDims, Pi0Engine, RTCOptions
+def engine_options(settings, max_batch=1, batch_buckets=()):
+    """Return the EngineOptions the parameters ask for (max_batch: robots served at once)."""
+    from pi0_ros.engine import EngineOptions, RTCOptions
     from pi0_ros.engine.config import parse_layer_ranges
     fp8_layers = settings.prefix_fp8_layers.strip()
     # Real-Time Chunking: its guided graphs are captured at warm-up with these defaults.
@@ -72,12 +70,21 @@ def build_engine(settings):
                      max_guidance_weight=settings.rtc_max_guidance_weight,
                      execution_horizon=settings.rtc_execution_horizon,
                      jacobian=settings.rtc_jacobian) if settings.chunk_handover == 'rtc' else None
-    options = EngineOptions(precision=settings.precision, device=settings.device, max_batch=1,
-                            max_frame_height=settings.max_image_height,
-                            max_frame_width=settings.max_image_width,
-                            prefix_fp8=bool(fp8_layers),
-                            prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
-                            else (), rtc=rtc)
+    return EngineOptions(precision=settings.precision, device=settings.device,
+                         max_batch=max_batch, batch_buckets=tuple(batch_buckets),
+                         max_frame_height=settings.max_image_height,
+                         max_frame_width=settings.max_image_width,
+                         prefix_fp8=bool(fp8_layers),
+                         prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
+                         else (), rtc=rtc)
+
+
+def build_engine(settings, options=None):
+    """Build the engine the parameters ask for (called on the worker thread)."""
+    import torch
+
+    from pi0_ros.engine import ModelDims, Pi0Engine
+    options = options or engine_options(settings)
     joints = len(settings.joint_names)
     cameras = len(settings.camera_names)
     if settings.device == 'cpu' or (settings.device == 'auto' and not torch.cuda.is_available()):
@@ -110,8 +117,16 @@ def build_engine(settings):
 class Pi0ControlNode(LifecycleNode):
     """Lifecycle node driving an arm with Pi0 action chunks."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, worker_provider=None, **kwargs):
+        """
+        Create the node (configured and activated through its lifecycle).
+
+        worker_provider: None (the node builds its own engine and worker), or a callable
+        (node, settings, on_result, guidance) -> a WorkerClient of a worker shared with other
+        robots (pi0_ros.fleet); it raises ParameterError where the settings cannot share it.
+        """
         super().__init__(NODE_NAME, **kwargs)
+        self._worker_provider = worker_provider
         declare_all(self)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
@@ -162,13 +177,21 @@ class Pi0ControlNode(LifecycleNode):
             'loading the engine: ' + (f"checkpoint '{settings.checkpoint}'" if settings.checkpoint
                                       else f'built-in random {settings.random_model} model')
             + f', precision {settings.precision}, device {settings.device}')
-        self._worker = InferenceWorker(lambda: build_engine(settings), self._on_chunk_result,
-                                       max_consecutive_failures=settings.max_consecutive_failures,
-                                       logger=self.get_logger(),
-                                       niceness=settings.inference_niceness,
-                                       encode_frames_ahead=settings.encode_frames_ahead,
-                                       guidance=self._rtc_guidance
-                                       if settings.chunk_handover == 'rtc' else None)
+        guidance = self._rtc_guidance if settings.chunk_handover == 'rtc' else None
+        if self._worker_provider is None:
+            self._worker = InferenceWorker(
+                lambda: build_engine(settings), self._on_chunk_result,
+                max_consecutive_failures=settings.max_consecutive_failures,
+                logger=self.get_logger(), niceness=settings.inference_niceness,
+                encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance)
+        else:
+            try:
+                self._worker = self._worker_provider(self, settings, self._on_chunk_result,
+                                                     guidance)
+            except ParameterError as error:
+                self.get_logger().error(f'configure failed: {error}')
+                self._teardown()
+                return TransitionCallbackReturn.FAILURE
         started = time.monotonic()
         self._worker.start()
         # In short waits, so that SIGINT/SIGTERM during a long load ends the transition.

@@ -3,17 +3,22 @@
 """
 The inference worker: one named thread that owns the engine and turns observations into chunks.
 
-The engine is built, warmed up (CUDA graphs captured) and run on this one thread. Observations
-arrive in a single slot where the latest wins; results made for an older instruction epoch are
-discarded; failures are retried on the next observations up to a bound, then the worker enters a
-visible FAILED state until `recover()`. An observation the engine refuses as bad input (its
-InputError, e.g. a frame too thin to resize) is counted and logged, not a failure: a camera
-sending such frames does not take the engine down. While no observation waits, the thread
-encodes camera frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the
-observation that a frame later completes finds its features ready and only encodes the frames
-still new. With a `guidance` callback (Real-Time Chunking), each call is guided towards the plan
-the callback reports as executing when the call starts; without one, or where it cannot be
-used, the call runs plain, counted and logged.
+The engine is built, warmed up (CUDA graphs captured) and run on this one thread, for one robot
+(the control node) or several (pi0_ros.fleet: one engine, one GPU, several arms). Each robot is a
+client (`WorkerClient`, the interface the control node uses): observations arrive in its single
+slot where the latest wins; results made for an older instruction epoch of that robot are
+discarded. With several clients, the ready observations run as one batch (`max_batch`, oldest
+first, so no robot is starved), after waiting at most `batch_wait_s` for the other robots' to fill
+it. Failures are retried on the next observations up to a bound, then the worker enters a
+visible FAILED state until `recover()` (a failing engine stops every robot it serves). An
+observation the engine refuses as bad input (its InputError, e.g. a frame too thin to resize) is
+counted and logged for its robot only, not a failure: in a batch, the observations then run one
+by one so that the other robots' chunks still come. While no observation waits, the thread encodes
+camera frames as they arrive (`offer_frame`, the engine's `encode_frames`), so the observation that
+a frame later completes finds its features ready and only encodes the frames still new. With a
+`guidance` callback (Real-Time Chunking), each call is guided towards the plan the callback
+reports as executing when the call starts; without one, or where it cannot be used, the call runs
+plain, counted and logged.
 """
 from collections import deque
 from dataclasses import dataclass, field
@@ -53,6 +58,7 @@ class ChunkResult:
     vision_cache_hits: int
     latency_s: float
     rtc_applied: bool = False   # guided by Real-Time Chunking towards the executing plan
+    batch_size: int = 1         # observations in the engine call that made it
 
 
 class WorkerState(enum.Enum):
@@ -65,71 +71,198 @@ class WorkerState(enum.Enum):
     STOPPED = 'stopped'
 
 
-class InferenceWorker:
-    """Runs `engine.infer` on a dedicated thread; never on the ROS executor."""
+def _new_counters():
+    return {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0, 'inputs_rejected': 0,
+            'frames_encoded_ahead': 0, 'encode_ahead_failures': 0, 'rtc_guided': 0,
+            'rtc_no_previous': 0, 'rtc_fallbacks': 0, 'batched': 0}
 
-    def __init__(self, engine_factory, on_result, *, max_consecutive_failures=3, logger=None,
-                 name='pi0_inference', latency_window=200, niceness=0,
-                 encode_frames_ahead=True, warning_period_s=5.0, guidance=None):
+
+class WorkerClient:
+    """
+    One robot's side of an InferenceWorker: its observation slot, epoch, counters and latencies.
+
+    The control node talks to this (or to an InferenceWorker, which forwards to its one client):
+    submit / offer_frame / set_epoch / busy / counters / latencies_s are the robot's own;
+    state, error, recover() and engine_stats() are the shared engine's.
+    """
+
+    def __init__(self, worker, on_result, *, guidance=None, logger=None, name='',
+                 home_slot=0, latency_window=200):
+        self.worker = worker
+        self.name = name
+        self.home_slot = home_slot   # the engine's batch slot whose frame cache this robot uses
+        self.on_result = on_result
+        self.guidance = guidance
+        self.logger = logger
+        self.counters = _new_counters()
+        self.latencies_s = deque(maxlen=latency_window)
+        self.last_input_rejection = -float('inf')  # monotonic time of the engine's last one
+        # Guarded by the worker's lock:
+        self.slot = None
+        self.arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
+        self.epoch = 0
+        self.in_flight = False
+        self.attached = True
+        self.last_warnings = {}  # kind -> monotonic time of its last throttled warning
+
+    # Inputs (any thread) ----------------------------------------------------------------------
+    def submit(self, observation):
+        """Offer an observation; it replaces any of this robot's that has not started yet."""
+        self.worker.submit_for(self, observation)
+
+    def offer_frame(self, camera, frame, key):
+        """Offer a camera frame to encode ahead while the thread is idle (newest per camera)."""
+        self.worker.offer_frame_for(self, camera, frame, key)
+
+    def set_epoch(self, epoch):
+        """Results for this robot's observations of an older epoch are discarded (see worker)."""
+        self.worker.set_epoch_for(self, epoch)
+
+    def frame_key(self, key):
+        """Return the key the engine's frame cache knows this robot's frame key by."""
+        return key if not self.name or key is None else (self.name, key)
+
+    # The shared engine ----------------------------------------------------------------------
+    def start(self):
+        """Start the shared thread if it is not running (it builds the engine)."""
+        self.worker.start()
+
+    def wait_ready(self, timeout):
+        """Wait until the engine is ready (True) or failed to build / timed out (False)."""
+        return self.worker.wait_ready(timeout)
+
+    def stop(self, timeout=5.0):
+        """Leave the worker; the last client to leave stops it (False if its thread lingers)."""
+        return self.worker.detach(self, timeout)
+
+    def recover(self):
+        """Leave the worker's FAILED state (see InferenceWorker.recover)."""
+        return self.worker.recover()
+
+    @property
+    def state(self):
+        """Return the shared worker's state."""
+        return self.worker.state
+
+    @property
+    def error(self):
+        """Return the last error of the shared worker ('' when none)."""
+        return self.worker.error
+
+    @property
+    def consecutive_failures(self):
+        """Return the engine failures in a row (shared)."""
+        return self.worker.consecutive_failures
+
+    @property
+    def alive(self):
+        """Whether the shared thread still runs."""
+        return self.worker.alive
+
+    @property
+    def busy(self):
+        """Return True while an observation of this robot is pending or being inferred."""
+        return self.slot is not None or self.in_flight
+
+    @property
+    def engine_device(self):
+        """Return the engine's torch device (None before the engine exists)."""
+        return self.worker.engine_device
+
+    def engine_stats(self):
+        """Return the engine's counters (empty before the engine exists)."""
+        return self.worker.engine_stats()
+
+    def warn_throttled(self, kind, message, period_s):
+        """Log a warning of this kind at most once per period, on this robot's logger."""
+        now = time.monotonic()
+        if now - self.last_warnings.get(kind, -float('inf')) >= period_s:
+            self.last_warnings[kind] = now
+            if self.logger is not None:
+                self.logger.warning(message)
+
+
+class InferenceWorker:
+    """Runs the engine on a dedicated thread for its clients; never on the ROS executor."""
+
+    def __init__(self, engine_factory, on_result=None, *, max_consecutive_failures=3,
+                 logger=None, name='pi0_inference', latency_window=200, niceness=0,
+                 encode_frames_ahead=True, warning_period_s=5.0, guidance=None, max_batch=1,
+                 batch_wait_s=0.0):
         """
         Create the worker (its thread starts with start()).
 
+        on_result: the callback of the one robot this worker serves (the control node), which
+        then forwards its client's API; None to add robots with add_client() (a fleet).
         guidance: None, or a callable (observation, expected latency s or None) -> None or
         (previous actions [T, J] in robot units for the observation's action times, delay in
         actions), called on the worker thread as each call starts (Real-Time Chunking).
+        max_batch: observations per engine call (the engine's own max_batch or less);
+        batch_wait_s: how long the oldest ready observation may wait for other robots' to join.
         """
+        if max_batch < 1 or batch_wait_s < 0:
+            raise ValueError(f'max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, '
+                             f'{batch_wait_s}')
         self._engine_factory = engine_factory
-        self._guidance = guidance
-        self._on_result = on_result
         self._max_failures = max_consecutive_failures
         self._logger = logger
         self._name = name
         self._niceness = niceness
+        self._latency_window = latency_window
+        self._max_batch = max_batch
+        self._batch_wait_s = batch_wait_s
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
-        self._slot = None
-        self._arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
+        self._clients = []
         self._encode_frames_ahead = encode_frames_ahead
         self._warning_period_s = warning_period_s
-        self._last_warnings = {}  # kind -> monotonic time of its last throttled warning
-        self._epoch = 0
+        self._last_warnings = {}
         self._stop_requested = False
         self._ready = threading.Event()
         self._thread = None
         self._engine = None
         self.state = WorkerState.STOPPED
         self.error = ''
-        self.latencies_s = deque(maxlen=latency_window)
-        self.counters = {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0,
-                         'inputs_rejected': 0, 'frames_encoded_ahead': 0,
-                         'encode_ahead_failures': 0, 'rtc_guided': 0, 'rtc_no_previous': 0,
-                         'rtc_fallbacks': 0}
-        self.last_input_rejection = -float('inf')  # monotonic time of the engine's last one
         self.consecutive_failures = 0
+        self._client = None
+        if on_result is not None:
+            self._client = self.add_client(on_result, guidance=guidance, logger=logger)
 
-    # Control from the node (any thread) -----------------------------------------------------
-    def start(self):
-        """Start the thread; it builds and warms up the engine, then waits for observations."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop_requested = False
-        self._ready.clear()
-        self.state = WorkerState.STARTING
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+    def add_client(self, on_result, *, guidance=None, logger=None, name=''):
+        """
+        Serve one more robot; return its WorkerClient.
 
-    def wait_ready(self, timeout):
-        """Wait until the engine is ready (True) or failed to build / timed out (False)."""
-        self._ready.wait(timeout)
-        return self.state in (WorkerState.READY, WorkerState.RUNNING)
+        name: a robot name that keeps its frame keys apart from the others' in the engine's
+        frame cache ('' for a single robot).
+        """
+        with self._wakeup:
+            used = {client.home_slot for client in self._clients}
+            home = next(slot for slot in range(len(self._clients) + 1) if slot not in used)
+            client = WorkerClient(self, on_result, guidance=guidance, logger=logger, name=name,
+                                  home_slot=home, latency_window=self._latency_window)
+            self._clients.append(client)
+            return client
 
+    @property
+    def client_count(self):
+        """Return how many robots the worker serves."""
+        return len(self._clients)
+
+    def detach(self, client, timeout=5.0):
+        """Stop serving a client; the last one leaving stops the thread (see stop())."""
+        with self._wakeup:
+            client.attached = False
+            client.slot = None
+            client.arrived_frames.clear()
+            if client in self._clients:
+                self._clients.remove(client)
+            last = not self._clients
+        return self.stop(timeout) if last else True
+
+    # The one robot's API (a worker made with on_result) ----------------------------------------
     def submit(self, observation):
         """Offer an observation; it replaces any that the worker has not started yet."""
-        with self._wakeup:
-            if self._slot is not None:
-                self.counters['dropped'] += 1
-            self._slot = observation
-            self._wakeup.notify()
+        self._client.submit(observation)
 
     def offer_frame(self, camera, frame, key):
         """
@@ -137,11 +270,7 @@ class InferenceWorker:
 
         key is the frame key the observation will name; ignored when encoding ahead is off.
         """
-        if not self._encode_frames_ahead:
-            return
-        with self._wakeup:
-            self._arrived_frames[camera] = (frame, key)
-            self._wakeup.notify()
+        self._client.offer_frame(camera, frame, key)
 
     def set_epoch(self, epoch):
         """
@@ -150,14 +279,76 @@ class InferenceWorker:
         Epochs only go forward: callbacks on several executor threads may report theirs out of
         order, and a late, older one must not make the current epoch's results look stale.
         """
+        self._client.set_epoch(epoch)
+
+    @property
+    def counters(self):
+        """Return the one robot's counters."""
+        return self._client.counters
+
+    @property
+    def latencies_s(self):
+        """Return the one robot's recent call latencies (s)."""
+        return self._client.latencies_s
+
+    @property
+    def last_input_rejection(self):
+        """Return the monotonic time of the engine's last rejection of the robot's input."""
+        return self._client.last_input_rejection
+
+    @property
+    def busy(self):
+        """Return True while an observation is pending or being inferred."""
+        return self._client.busy
+
+    # Per client (any thread) -----------------------------------------------------------------
+    def submit_for(self, client, observation):
+        """Put a client's observation in its slot (the latest wins) and wake the thread."""
         with self._wakeup:
-            if epoch <= self._epoch:
+            if not client.attached:
                 return
-            self._epoch = epoch
+            if client.slot is not None:
+                client.counters['dropped'] += 1
+            client.slot = observation
+            self._wakeup.notify()
+
+    def offer_frame_for(self, client, camera, frame, key):
+        """Keep a client's newest frame of a camera to encode while the thread is idle."""
+        if not self._encode_frames_ahead:
+            return
+        with self._wakeup:
+            if not client.attached or client.home_slot >= self._max_batch:
+                return  # no slot of its own in the engine's frame cache
+            client.arrived_frames[camera] = (frame, key)
+            self._wakeup.notify()
+
+    def set_epoch_for(self, client, epoch):
+        """Move a client's epoch forward; its waiting observation of an older one is dropped."""
+        with self._wakeup:
+            if epoch <= client.epoch:
+                return
+            client.epoch = epoch
             # Older only: a newer observation may reach the worker before its epoch does.
-            if self._slot is not None and self._slot.epoch < epoch:
-                self._slot = None
-                self.counters['dropped'] += 1  # an observation never inferred, not a chunk
+            if client.slot is not None and client.slot.epoch < epoch:
+                client.slot = None
+                client.counters['dropped'] += 1  # an observation never inferred, not a chunk
+
+    # Control (any thread) --------------------------------------------------------------------
+    def start(self):
+        """Start the thread; it builds and warms up the engine, then waits for observations."""
+        with self._wakeup:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop_requested = False
+            self._ready.clear()
+            self.state = WorkerState.STARTING
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
+    def wait_ready(self, timeout):
+        """Wait until the engine is ready (True) or failed to build / timed out (False)."""
+        self._ready.wait(timeout)
+        return self.state in (WorkerState.READY, WorkerState.RUNNING)
 
     def recover(self):
         """Leave the FAILED state (after the cause was dealt with) if the engine exists."""
@@ -174,8 +365,9 @@ class InferenceWorker:
         """Stop the thread and free the engine; False (with a warning) if it did not exit."""
         with self._wakeup:
             self._stop_requested = True
-            self._slot = None
-            self._arrived_frames.clear()
+            for client in self._clients:
+                client.slot = None
+                client.arrived_frames.clear()
             self._wakeup.notify()
         thread = self._thread
         if thread is None:
@@ -190,12 +382,8 @@ class InferenceWorker:
     @property
     def alive(self):
         """Whether the thread still runs (after a stop() that timed out: until it exits)."""
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def busy(self):
-        """Return True while an observation is pending or being inferred."""
-        return self._slot is not None or self.state is WorkerState.RUNNING
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     @property
     def engine_device(self):
@@ -231,7 +419,8 @@ class InferenceWorker:
         if getattr(self._engine, 'encode_frames', None) is None:
             with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
                 self._encode_frames_ahead = False
-                self._arrived_frames.clear()
+                for client in self._clients:
+                    client.arrived_frames.clear()
         self.state = WorkerState.READY
         self._ready.set()
         crashed = False
@@ -246,87 +435,155 @@ class InferenceWorker:
             # FAILED holds the arm (the node's hold reason); STOPPED is an orderly stop only.
             self.state = WorkerState.FAILED if crashed else WorkerState.STOPPED
 
+    def _idle(self):
+        """Whether the thread has nothing to do (called under the lock)."""
+        return self.state is WorkerState.FAILED or not any(
+            client.slot is not None or client.arrived_frames for client in self._clients)
+
+    def _ready_clients(self):
+        return [client for client in self._clients if client.slot is not None]
+
+    def _fill_batch(self, ready):
+        """Wait up to batch_wait_s after the oldest ready observation for the others' to join."""
+        deadline = min(client.slot.received_at for client in ready) + self._batch_wait_s
+        while not self._stop_requested and self.state is not WorkerState.FAILED:
+            if len(ready) >= min(len(self._clients), self._max_batch):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._wakeup.wait(left)
+            ready = self._ready_clients()
+        return ready
+
     def _serve(self):
         while True:
             with self._wakeup:
-                while not self._stop_requested and (
-                        (self._slot is None and not self._arrived_frames)
-                        or self.state is WorkerState.FAILED):
+                while not self._stop_requested and self._idle():
                     self._wakeup.wait()
                 if self._stop_requested:
                     return
-                if self._slot is None:  # idle: encode one arrived frame, then look again
-                    camera = next(iter(self._arrived_frames))
-                    frame, key = self._arrived_frames.pop(camera)
-                    observation = None
+                ready = self._ready_clients()
+                if ready and self._batch_wait_s > 0 and len(self._clients) > 1:
+                    ready = self._fill_batch(ready)
+                    if self._stop_requested:
+                        return
+                    if self.state is WorkerState.FAILED or not ready:
+                        continue
+                if not ready:  # idle: encode one arrived frame, then look again
+                    client = next(c for c in self._clients if c.arrived_frames)
+                    camera = next(iter(client.arrived_frames))
+                    frame, key = client.arrived_frames.pop(camera)
+                    batch = None
                 else:
-                    observation, self._slot = self._slot, None
-                    # The call encodes the observation's own frames that are still waiting.
-                    for camera, (_, key) in list(self._arrived_frames.items()):
-                        if key in observation.frame_keys:
-                            del self._arrived_frames[camera]
+                    # The oldest first (none starves), then in slot order: a robot that keeps
+                    # its batch slot finds the frames it encoded ahead there.
+                    ready.sort(key=lambda c: c.slot.received_at)
+                    batch = sorted(ready[:self._max_batch], key=lambda c: c.home_slot)
+                    observations = []
+                    for client in batch:
+                        observation, client.slot = client.slot, None
+                        # The call encodes the observation's own frames that are still waiting.
+                        for camera, (_, key) in list(client.arrived_frames.items()):
+                            if key in observation.frame_keys:
+                                del client.arrived_frames[camera]
+                        client.in_flight = True
+                        observations.append(observation)
                     self.state = WorkerState.RUNNING
-            if observation is None:
-                self._encode_ahead(camera, frame, key)
+            if batch is None:
+                self._encode_ahead(client, camera, frame, key)
                 continue
-            result = self._infer(observation)
+            results = self._infer(batch, observations)
+            delivered = []
             with self._wakeup:
                 if self.state is WorkerState.RUNNING:
                     self.state = WorkerState.READY
-                if result is None or self._stop_requested:
-                    continue
-                if observation.epoch < self._epoch:
-                    self.counters['discarded'] += 1
-                    continue
-            self._on_result(result)
+                for client, observation, result in zip(batch, observations, results):
+                    client.in_flight = False
+                    if result is None or self._stop_requested or not client.attached:
+                        continue
+                    if observation.epoch < client.epoch:
+                        client.counters['discarded'] += 1
+                        continue
+                    delivered.append((client, result))
+            for client, result in delivered:
+                client.on_result(result)
 
-    def _rtc_request(self, observation):
+    def _rtc_request(self, client, observation):
         """Return the RTCRequest of this call (None: plain), counting the plain ones."""
-        latencies = self.latencies_s
+        latencies = client.latencies_s
         expected = float(np.median(latencies)) if latencies else None
-        guidance = self._guidance(observation, expected)
+        guidance = client.guidance(observation, expected)
         if guidance is None:
-            self.counters['rtc_no_previous'] += 1
+            client.counters['rtc_no_previous'] += 1
             return None
         previous, delay = guidance
         try:
             return RTCRequest(self._engine.normalize_actions(previous), int(delay))
         except InputError as error:
-            self._rtc_fallback(f'previous plan unusable: {error}')
+            self._rtc_fallback(client, f'previous plan unusable: {error}')
             return None
 
-    def _rtc_fallback(self, reason):
-        self.counters['rtc_fallbacks'] += 1
-        self._warn_throttled('rtc', f'chunk made without Real-Time Chunking '
-                                    f"({self.counters['rtc_fallbacks']} so far): {reason}")
+    def _rtc_fallback(self, client, reason):
+        client.counters['rtc_fallbacks'] += 1
+        client.warn_throttled('rtc', f'chunk made without Real-Time Chunking '
+                                     f"({client.counters['rtc_fallbacks']} so far): {reason}",
+                              self._warning_period_s)
 
-    def _infer(self, observation):
+    def _call_engine(self, batch, observations, requests):
+        """Run the engine on the observations; return its outputs (raises what it raises)."""
+        engine = self._engine
+        guided = any(client.guidance is not None for client in batch)
+        if len(batch) == 1:
+            client, observation = batch[0], observations[0]
+            extra = {'rtc': requests[0]} if guided else {}  # an engine without RTC needs none
+            return [engine.infer(list(observation.frames), observation.state,
+                                 observation.instruction,
+                                 frame_keys=[client.frame_key(k) for k in observation.frame_keys],
+                                 **extra)]
+        return engine.infer_batch(
+            [(list(o.frames), o.state, o.instruction, [c.frame_key(k) for k in o.frame_keys])
+             for c, o in zip(batch, observations)], rtc=requests if guided else None)
+
+    def _infer(self, batch, observations, requests=None):
+        """Return one ChunkResult or None per observation (rejected, or the engine failed)."""
         started = time.monotonic()
         try:
-            guided = {}  # an engine without Real-Time Chunking needs no rtc argument
-            request = None
-            if self._guidance is not None:
-                request = guided['rtc'] = self._rtc_request(observation)
-            output = self._engine.infer(list(observation.frames), observation.state,
-                                        observation.instruction,
-                                        frame_keys=list(observation.frame_keys), **guided)
-            applied = request is not None and bool(getattr(output, 'rtc_applied', False))
-            if applied:
-                self.counters['rtc_guided'] += 1
-            elif request is not None:
-                self._rtc_fallback(getattr(output, 'rtc_reason', '') or 'not applied')
-            result = ChunkResult(observation, np.asarray(output.actions, dtype=np.float64),
-                                 dict(output.timings_ms), int(output.vision_cache_hits),
-                                 time.monotonic() - started, applied)
-        except InputError as error:  # the observation, not the engine: no failure counted
-            self.counters['inputs_rejected'] += 1
-            self.last_input_rejection = time.monotonic()
-            self._warn_throttled('rejection', f'observation rejected by the engine '
-                                              f"({self.counters['inputs_rejected']} so far): "
-                                              f'{error}')
-            return None
+            if requests is None:
+                requests = [self._rtc_request(c, o) if c.guidance is not None else None
+                            for c, o in zip(batch, observations)]
+            outputs = self._call_engine(batch, observations, requests)
+            if len(outputs) != len(batch):
+                raise RuntimeError(f'the engine returned {len(outputs)} results for '
+                                   f'{len(batch)} observations')
+            results = []
+            for client, observation, request, output in zip(batch, observations, requests,
+                                                            outputs):
+                applied = request is not None and bool(getattr(output, 'rtc_applied', False))
+                if applied:
+                    client.counters['rtc_guided'] += 1
+                elif request is not None:
+                    self._rtc_fallback(client,
+                                       getattr(output, 'rtc_reason', '') or 'not applied')
+                results.append(ChunkResult(
+                    observation, np.asarray(output.actions, dtype=np.float64),
+                    dict(output.timings_ms), int(output.vision_cache_hits),
+                    time.monotonic() - started, applied, len(batch)))
+        except InputError as error:  # an observation, not the engine: no failure counted
+            if len(batch) > 1:
+                # Which robot's? Each alone: the others' chunks still come.
+                return [self._infer([c], [o], [r])[0]
+                        for c, o, r in zip(batch, observations, requests)]
+            client = batch[0]
+            client.counters['inputs_rejected'] += 1
+            client.last_input_rejection = time.monotonic()
+            client.warn_throttled('rejection', f'observation rejected by the engine '
+                                               f"({client.counters['inputs_rejected']} so far): "
+                                               f'{error}', self._warning_period_s)
+            return [None]
         except Exception as error:  # noqa: B902 - engine errors become state, never a crash
-            self.counters['failures'] += 1
+            for client in batch:
+                client.counters['failures'] += 1
             self.consecutive_failures += 1
             self.error = f'{type(error).__name__}: {error}'
             if self.consecutive_failures > self._max_failures:
@@ -336,30 +593,27 @@ class InferenceWorker:
             else:
                 self._log('warning', f'inference failed ({self.consecutive_failures}/'
                                      f'{self._max_failures} retries used): {self.error}')
-            return None
+            return [None] * len(batch)
         self.consecutive_failures = 0
         self.error = ''  # recovered: no stale error next to a working engine
-        self.counters['inferences'] += 1
-        self.latencies_s.append(result.latency_s)
-        return result
+        for client, result in zip(batch, results):
+            client.counters['inferences'] += 1
+            client.counters['batched'] += len(batch) > 1
+            client.latencies_s.append(result.latency_s)
+        return results
 
-    def _encode_ahead(self, camera, frame, key):
+    def _encode_ahead(self, client, camera, frame, key):
+        slot = {} if client.home_slot == 0 else {'slot': client.home_slot}
         try:
-            self.counters['frames_encoded_ahead'] += self._engine.encode_frames(
-                {camera: frame}, {camera: key})
+            client.counters['frames_encoded_ahead'] += self._engine.encode_frames(
+                {camera: frame}, {camera: client.frame_key(key)}, **slot)
         except Exception as error:  # noqa: B902 - the observation's call encodes it instead
-            self.counters['encode_ahead_failures'] += 1
-            self._warn_throttled('encode', f'encoding camera {camera} ahead failed '
-                                           f"({self.counters['encode_ahead_failures']} so far; "
-                                           f'the observation encodes it): '
-                                           f'{type(error).__name__}: {error}')
-
-    def _warn_throttled(self, kind, message):
-        """Log a warning of this kind at most once per warning period."""
-        now = time.monotonic()
-        if now - self._last_warnings.get(kind, -float('inf')) >= self._warning_period_s:
-            self._last_warnings[kind] = now
-            self._log('warning', message)
+            client.counters['encode_ahead_failures'] += 1
+            client.warn_throttled('encode', f'encoding camera {camera} ahead failed '
+                                            f"({client.counters['encode_ahead_failures']} so "
+                                            f'far; the observation encodes it): '
+                                            f'{type(error).__name__}: {error}',
+                                  self._warning_period_s)
 
     def _release_engine(self):
         engine, self._engine = self._engine, None

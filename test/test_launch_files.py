@@ -227,3 +227,20 @@ def test_pytest_collects_the_launch_tests_and_skips_them_without_launch_testing(
         assert 'launch_testing is not installed' in result.stdout
     else:
         assert result.returncode == 0 and 'passed' in result.stdout, result.stdout
+
+
+def test_the_fleet_launch_starts_one_process_for_the_robots_given(launch_stand_ins):
+    found = runpy.run_path(str(LAUNCH_DIR / 'fleet.launch.py'))
+    found['generate_launch_description']()
+    context = {'robots': ' arm1, /arm2 ', 'checkpoint': '', 'device': 'cuda', 'precision': '',
+               'use_sim_time': ''}
+    node = found['fleet_node'](context)[0]
+    assert node.kwargs['executable'] == 'fleet_node'
+    # A __node or __ns remapping would rename every node of the process.
+    assert 'name' not in node.kwargs and 'namespace' not in node.kwargs
+    robot_params, fleet_params, given = node.kwargs['parameters']
+    assert robot_params.args == ('params_file',) and fleet_params.args == ('fleet_params_file',)
+    assert given == {'robots': ['arm1', 'arm2'], 'device': 'cuda'}
+    for bad in ('', ' , ', 'arm1,arm1'):
+        with pytest.raises(ValueError, match='robots'):
+            found['fleet_node'](dict(context, robots=bad))

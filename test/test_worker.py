@@ -465,12 +465,13 @@ def test_a_call_without_a_plan_to_continue_runs_plain_and_is_counted():
 
 def test_an_unusable_plan_or_a_refused_request_runs_plain_counted_and_logged_throttled():
     engine, collector, log = GuidedEngine(), Collector(), Warnings()
+    joints = [4]  # the plan's joints: 4 for a 6-joint engine first
     worker = started_worker(engine, collector, logger=log, warning_period_s=60.0,
-                            guidance=lambda observation, latency: (np.ones((40, 4)), 2))
-    worker.submit(observation(stamp=1.0))  # 4 joints for a 6-joint engine
+                            guidance=lambda observation, latency: (np.ones((40, joints[0])), 2))
+    worker.submit(observation(stamp=1.0))
     collector.wait()
     engine.refuse = 'prev_chunk has non-finite values'
-    worker._guidance = lambda observation, latency: (np.ones((40, 6)), 2)
+    joints[0] = 6
     worker.submit(observation(stamp=2.0))
     collector.wait()
     worker.stop()

@@ -1,0 +1,119 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Two arms from one process and one engine (pi0_ros.fleet), fed over real DDS, closed loop."""
+from diagnostic_msgs.msg import DiagnosticArray
+import pytest
+import rclpy
+from std_msgs.msg import Bool
+from std_srvs.srv import SetBool
+from test_node_integration import check_command
+from trajectory_msgs.msg import JointTrajectory
+
+from feeder import LATCHED, RobotFeeder
+from pi0_ros.fleet import fleet_batch_buckets, robots_that_fit
+from pi0_ros.msg import PolicyStatus
+
+ROBOTS = ('arm1', 'arm2')
+FLEET_PARAMETERS = {'device': 'cpu', 'control_rate': 50.0, 'observation_timeout': 0.5,
+                    'status_rate': 5.0, 'robots': list(ROBOTS), 'batch_wait': 0.05}
+
+
+class Arm:
+    """One robot of the fleet, seen from the test: its feeder and what its node publishes."""
+
+    def __init__(self, ros, name):
+        self.name = name
+        self.node = rclpy.create_node('feeder', namespace=name, context=ros.context)
+        ros.executor.add_node(self.node)
+        # Smaller frames at 15 Hz: two robots' cameras come from this one test process.
+        self.feeder = RobotFeeder(self.node, camera_rate=15.0, joint_rate=100.0, width=320,
+                                  height=240)
+        self.trajectories = []
+        self.statuses = []
+        self.engine = {}  # the latest engine diagnostics of this robot's node
+        self.node.create_subscription(JointTrajectory, 'joint_trajectory', self.on_command, 50)
+        self.node.create_subscription(PolicyStatus, 'pi0_ros/status',
+                                      lambda msg: self.statuses.append(msg), 10)
+
+    def on_command(self, msg):
+        self.trajectories.append(msg)
+        self.feeder.follow(msg)  # closed loop: the arm goes where it is commanded
+
+    @property
+    def state(self):
+        return self.statuses[-1].output_state if self.statuses else None
+
+
+@pytest.fixture
+def arms(start_process, ros_node):
+    process = start_process('pi0_ros.fleet', parameters=FLEET_PARAMETERS)
+    arms = {name: Arm(ros_node, name) for name in ROBOTS}
+
+    def on_diagnostics(msg):
+        for status in msg.status:
+            for arm in arms.values():
+                if status.name.startswith(f'/{arm.name}/') and status.name.endswith(': engine'):
+                    arm.engine = {kv.key: kv.value for kv in status.values}
+    ros_node.node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 20)
+    for arm in arms.values():
+        arm.feeder.say('pick up the red cube')
+    following = ros_node.spin_until(
+        lambda: all(arm.state == PolicyStatus.OUTPUT_FOLLOWING for arm in arms.values()),
+        120.0, process)
+    assert following, 'the fleet never followed on both arms:\n' + process.output()[-4000:]
+    return ros_node, process, arms
+
+
+@pytest.mark.integration
+def test_two_arms_share_one_engine_and_a_fault_on_one_holds_only_that_one(arms):
+    ros, process, arms = arms
+    arm1, arm2 = arms['arm1'], arms['arm2']
+    # Both follow, with valid commands; their observations ran in shared batches.
+    assert ros.spin_until(lambda: all(int(a.engine.get('inferences batched with other robots',
+                                                       0)) > 0 for a in (arm1, arm2)),
+                          30.0, process), (arm1.engine, arm2.engine)
+    # Each at its own control rate (50 Hz), every command valid.
+    counts = [len(arm.trajectories) for arm in (arm1, arm2)]
+    ros.spin_for(2.0)
+    for arm, count in zip((arm1, arm2), counts):
+        assert len(arm.trajectories) - count >= 70, f'{arm.name}: {len(arm.trajectories) - count}'
+        for msg in arm.trajectories[count:]:
+            check_command(msg)
+    # An e-stop on arm1 holds arm1 only.
+    estop = arm1.node.create_publisher(Bool, 'pi0_ros/estop', LATCHED)
+    estop.publish(Bool(data=True))
+    assert ros.spin_until(lambda: arm1.state == PolicyStatus.OUTPUT_ESTOP, 5.0, process)
+    # arm2's cameras stop: it holds for stale observations, while arm1 stays e-stopped.
+    arm2.feeder.cameras_on = False
+    assert ros.spin_until(lambda: arm2.state == PolicyStatus.OUTPUT_HOLDING
+                          and arm2.statuses[-1].hold_reason == 'observation stale', 5.0, process)
+    assert arm1.state == PolicyStatus.OUTPUT_ESTOP
+    # arm1 is released (its own ~/enable) and follows again while arm2 still has no cameras.
+    estop.publish(Bool(data=False))
+    client = arm1.node.create_client(SetBool, 'pi0_ros/enable')
+    assert client.wait_for_service(timeout_sec=5.0)
+    future = client.call_async(SetBool.Request(data=True))
+    assert ros.spin_until(future.done, 5.0, process) and future.result().success
+    assert ros.spin_until(lambda: arm1.state == PolicyStatus.OUTPUT_FOLLOWING, 15.0, process)
+    assert arm2.state == PolicyStatus.OUTPUT_HOLDING
+    # arm2's cameras come back: both follow.
+    arm2.feeder.cameras_on = True
+    assert ros.spin_until(lambda: arm2.state == PolicyStatus.OUTPUT_FOLLOWING, 15.0, process)
+    assert arm1.state == PolicyStatus.OUTPUT_FOLLOWING
+    assert process.returncode is None
+
+
+def test_the_robot_count_is_bounded_by_the_memory_budget():
+    import torch
+
+    from pi0_ros.engine import EngineOptions, ModelDims
+    from pi0_ros.engine.memory import estimate_memory
+    dims, options = ModelDims.full(), EngineOptions(max_batch=1)
+    totals = {n: estimate_memory(dims, 3, EngineOptions(max_batch=n,
+                                                        batch_buckets=fleet_batch_buckets(n)),
+                                 torch.bfloat16).total for n in (1, 3, 4)}
+    assert fleet_batch_buckets(1) == (1,) and fleet_batch_buckets(6) == (1, 2, 4, 6)
+    assert robots_that_fit(totals[4], 4, dims, 3, options, torch.bfloat16) == 4
+    assert robots_that_fit(totals[4] - 1, 4, dims, 3, options, torch.bfloat16) == 3
+    assert robots_that_fit(totals[3] - 1, 8, dims, 3, options, torch.bfloat16) < 3
+    assert robots_that_fit(totals[1] - 1, 4, dims, 3, options, torch.bfloat16) == 0
