@@ -1,6 +1,8 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """Two arms from one process and one engine (pi0_ros.fleet), fed over real DDS, closed loop."""
+import json
+
 from diagnostic_msgs.msg import DiagnosticArray
 import pytest
 import rclpy
@@ -117,3 +119,22 @@ def test_the_robot_count_is_bounded_by_the_memory_budget():
     assert robots_that_fit(totals[4] - 1, 4, dims, 3, options, torch.bfloat16) == 3
     assert robots_that_fit(totals[3] - 1, 8, dims, 3, options, torch.bfloat16) < 3
     assert robots_that_fit(totals[1] - 1, 4, dims, 3, options, torch.bfloat16) == 0
+
+
+@pytest.mark.integration
+def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain_id):
+    from pi0_ros.tools import fleet_bench
+    monkeypatch.setattr(fleet_bench, 'claim_domain_id', lambda: ros_domain_id)
+    code = fleet_bench.main(['--arms', '2', '--duration', '3', '--image-width', '160',
+                             '--image-height', '120', '--camera-rate', '10',
+                             '--output', str(tmp_path)])
+    report = json.loads((tmp_path / 'fleet.json').read_text())
+    (result,) = report['results']
+    assert code == 0, result
+    assert [arm['robot'] for arm in result['per_arm']] == ['arm1', 'arm2']
+    for arm in result['per_arm']:
+        assert arm['chunks_per_s'] > 0 and arm['unsafe_commands'] == 0
+        assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']
+        assert abs(arm['command_rate_error_pct']) < 10
+    assert (tmp_path / 'fleet.png').stat().st_size > 0
+    assert (tmp_path / 'logs' / 'fleet_2.log').is_file()

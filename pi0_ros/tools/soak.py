@@ -93,6 +93,8 @@ def parse_args(argv):
                         help='smallest fraction of statuses after warm-up that are following')
     parser.add_argument('--feeder', choices=FEEDER_STREAMS, default='', help=argparse.SUPPRESS)
     parser.add_argument('--feeder-stats', default='', help=argparse.SUPPRESS)
+    # The robot namespace a feeder publishes in (pi0_ros.tools.fleet_bench: one per arm).
+    parser.add_argument('--feeder-namespace', default='', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warmup is None:
         args.warmup = min(120.0, args.duration / 5.0)
@@ -187,7 +189,8 @@ def run_feeder(args):
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    node = rclpy.create_node(f'pi0_soak_feeder_{args.feeder}')
+    node = rclpy.create_node(f'pi0_soak_feeder_{args.feeder}',
+                             namespace=args.feeder_namespace or None)
     feeder = Feeder(node, args, follow=args.feeder == 'joints')
     executor = SingleThreadedExecutor()
     executor.add_node(node)
