@@ -13,7 +13,9 @@
 #   here:   wheels in .whl (benchmarks/README.md, "GPU runs"), bash scripts/make_gpu_bundle.sh
 #   device: OUT=$OUT bash benchmarks/run_fleet.sh   (carry ['.whl', '.gpusoak'], timeout_s 600)
 # Settings (environment): BUDGET (575 s for the whole script), ARMS (1,2,4,8), DURATION (15 s per
-# count), FRAME (640x480), CAMERA_RATE (30), FLEET_TIMEOUT (340), LEROBOT_ITERS (5).
+# count), FRAME (640x480), CAMERA_RATE (30), FLEET_TIMEOUT (340), FLEET_ARGS (more fleet_bench
+# options, e.g. '--node-parameter encode_frames_ahead:=false'), FLEET_OUT (fleet: its folder),
+# BENCH (1; 0 skips step 2), LEROBOT_ITERS (5).
 set -uo pipefail
 OUT="${OUT:-reports/fleet}"
 BUDGET="${BUDGET:-575}"
@@ -31,14 +33,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
   | tee "$OUT/gpu.txt"
 frame="${FRAME:-640x480}"
 echo "== fleet_bench (at most ${FLEET_TIMEOUT:-340} s)"
+# shellcheck disable=SC2086
 timeout --signal=INT --kill-after=20 "${FLEET_TIMEOUT:-340}" python3 -m pi0_ros.tools.fleet_bench \
   --arms "${ARMS:-1,2,4,8}" --duration "${DURATION:-15}" --device cuda --random-model full \
   --precision bf16 --image-width "${frame%x*}" --image-height "${frame#*x}" \
-  --camera-rate "${CAMERA_RATE:-30}" --output "$OUT/fleet" 2>&1 | grep -v -i 'warn' | tail -30
-tar czf "$OUT/fleet_logs.tar.gz" -C "$OUT/fleet" logs 2>/dev/null && rm -rf "$OUT/fleet/logs"
+  --camera-rate "${CAMERA_RATE:-30}" --output "$OUT/${FLEET_OUT:-fleet}" ${FLEET_ARGS:-} 2>&1 \
+  | grep -v -i 'warn' | tail -30
+tar czf "$OUT/${FLEET_OUT:-fleet}_logs.tar.gz" -C "$OUT/${FLEET_OUT:-fleet}" logs 2>/dev/null \
+  && rm -rf "$OUT/${FLEET_OUT:-fleet}/logs"
 echo "fleet done at $((SECONDS - start)) s"
 remaining=$((BUDGET - (SECONDS - start) - 10))
-if [ "$remaining" -gt 90 ]; then
+if [ "${BENCH:-1}" = 1 ] && [ "$remaining" -gt 90 ]; then
   echo "== bench with LeRobot, batch 1 and 8 (at most ${remaining} s)"
   timeout --signal=INT --kill-after=10 "$remaining" python3 -m pi0_ros.tools.bench --dims full \
     --precision bf16 --device cuda --batches 1,8 --iters 30 --lerobot-iters "${LEROBOT_ITERS:-5}" \

@@ -17,7 +17,8 @@ import time
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import (ConditionReachedException, ExternalShutdownException,
-                             MultiThreadedExecutor, ShutdownException, SingleThreadedExecutor)
+                             MultiThreadedExecutor, ShutdownException, SingleThreadedExecutor,
+                             TimeoutException)
 
 
 def make_executor(threads):
@@ -134,19 +135,23 @@ class CallbackGroupThread:
     """
     A named thread that executes the callbacks of one ThreadBoundCallbackGroup of a node.
 
+    `node` may be a list of nodes whose entities share the group (the fleet's control timers);
+    then entities created after the thread started are found within `rescan_s` seconds.
+
     With priority > 0 the thread asks for SCHED_FIFO at that priority; `priority_error` says why
     it was refused ('' when granted or not asked for). A callback that raises stops the thread:
     the exception is kept in `error` and `on_error(exception)` is called. The group stays bound
     to the stopped thread, so its callbacks do not run again (the node shuts down on it).
     """
 
-    def __init__(self, node, group, *, name, priority=0, on_error=None):
-        self._node = node
+    def __init__(self, node, group, *, name, priority=0, on_error=None, rescan_s=None):
+        self._nodes = list(node) if isinstance(node, (list, tuple)) else [node]
         self._group = group
+        self._rescan_s = rescan_s
         self._name = name
         self._priority = priority
         self._on_error = on_error
-        self._executor = _GroupExecutor(group, context=node.context)
+        self._executor = _GroupExecutor(group, context=self._nodes[0].context)
         self._stop = threading.Event()
         self._started = threading.Event()
         self._thread = None
@@ -182,10 +187,13 @@ class CallbackGroupThread:
         if self._priority > 0:
             self.priority_error = set_realtime_priority(self._priority)
         self._started.set()
-        wait_arguments = (None, [self._node], self._stop.is_set)  # timeout, nodes, condition
+        wait_arguments = (self._rescan_s, self._nodes, self._stop.is_set)  # timeout, nodes, until
         try:
             while True:
-                handler, _, _ = self._executor.wait_for_ready_callbacks(*wait_arguments)
+                try:
+                    handler, _, _ = self._executor.wait_for_ready_callbacks(*wait_arguments)
+                except TimeoutException:
+                    continue  # the next wait collects the nodes' entities again
                 handler()
                 if handler.exception() is not None:
                     raise handler.exception()

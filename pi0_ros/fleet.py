@@ -27,7 +27,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.validate_namespace import validate_namespace
 
-from pi0_ros.executors import make_executor, spin_until_shutdown
+from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
+                               ThreadBoundCallbackGroup)
 from pi0_ros.node import build_engine, engine_options, Pi0ControlNode
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
@@ -159,6 +160,28 @@ def _declare_fleet_parameters(node):
         description='GiB of GPU memory the engine may use; 0 = the memory free when it loads'))
 
 
+def start_control_thread(fleet, nodes, group):
+    """Start the one thread that runs every robot's control timer (the robots' priority)."""
+    logger = fleet.get_logger()
+    priority = max(node.get_parameter('control_thread_priority').value for node in nodes)
+
+    def on_error(error):
+        if fleet.context.ok():
+            logger.fatal(f'control timer callback raised {type(error).__name__}: {error}; no '
+                         'more commands: shutting down')
+            for node in nodes:
+                node.control_thread_error = error
+            rclpy.try_shutdown(context=fleet.context)
+    thread = CallbackGroupThread(nodes, group, name='pi0_control', priority=priority,
+                                 on_error=on_error, rescan_s=0.5)
+    thread.start()
+    logger.info(f'control timers of {len(nodes)} robots on one thread' + (
+        f', SCHED_FIFO priority {priority}' if priority and not thread.priority_error else
+        f' at normal priority (SCHED_FIFO refused: {thread.priority_error})'
+        if thread.priority_error else ' at normal priority'))
+    return thread
+
+
 def read_robots(node):
     """Return the fleet's robot names (valid, distinct namespaces), or raise ParameterError."""
     robots = [str(name).strip().strip('/') for name in node.get_parameter('robots').value]
@@ -176,7 +199,7 @@ def main(args=None):
     """Run one control node per robot on one engine; exit code 1 if no robot can start."""
     sys.setswitchinterval(0.0002)  # as pi0_ros.node.main (the control threads' GIL waits)
     rclpy.init(args=args)
-    fleet = executor = None
+    fleet = executor = control = None
     nodes = []
     exit_code = 0
     try:
@@ -194,7 +217,13 @@ def main(args=None):
             return 1
         shared = SharedEngine(robots, batch_wait_s=batch_wait, gpu_memory_budget_gib=budget,
                               logger=fleet.get_logger())
-        nodes = [Pi0ControlNode(worker_provider=shared, namespace=name) for name in robots]
+        # Every robot's control timer on one thread (SCHED_FIFO where permitted), not on the
+        # executor that serves every robot's cameras, and not a thread each (contending for the
+        # GIL with the inference thread): benchmarks/RESULTS.md, fleet-h100.
+        control_group = ThreadBoundCallbackGroup()
+        nodes = [Pi0ControlNode(worker_provider=shared, control_group=control_group,
+                                namespace=name) for name in robots]
+        control = start_control_thread(fleet, nodes, control_group)
         executor = make_executor(max(node.get_parameter('executor_threads').value
                                      for node in nodes))
         executor.add_node(fleet)
@@ -225,6 +254,8 @@ def main(args=None):
             print(f'[{FLEET_NODE_NAME}] fatal: {type(error).__name__}: {error}', file=sys.stderr)
             exit_code = 1
     finally:
+        if control is not None:
+            control.stop()
         for node in nodes:
             node.stop_threads()
             if node.control_thread_error is not None:

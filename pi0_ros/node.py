@@ -117,16 +117,19 @@ def build_engine(settings, options=None):
 class Pi0ControlNode(LifecycleNode):
     """Lifecycle node driving an arm with Pi0 action chunks."""
 
-    def __init__(self, worker_provider=None, **kwargs):
+    def __init__(self, worker_provider=None, control_group=None, **kwargs):
         """
         Create the node (configured and activated through its lifecycle).
 
         worker_provider: None (the node builds its own engine and worker), or a callable
         (node, settings, on_result, guidance) -> a WorkerClient of a worker shared with other
         robots (pi0_ros.fleet); it raises ParameterError where the settings cannot share it.
+        control_group: None, or a ThreadBoundCallbackGroup for the control timer that a thread
+        of the caller's serves (the fleet: one control thread for every robot).
         """
         super().__init__(NODE_NAME, **kwargs)
         self._worker_provider = worker_provider
+        self._control_group = control_group
         declare_all(self)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
@@ -312,7 +315,7 @@ class Pi0ControlNode(LifecycleNode):
 
         # The control timer's group gets a real-time thread of its own where permitted
         # (_start_control_thread).
-        output = ThreadBoundCallbackGroup()
+        output = self._control_group or ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
         self._entities.append(self.create_service(SetBool, '~/enable', self.enable_callback,
                                                   callback_group=reports))
@@ -336,7 +339,8 @@ class Pi0ControlNode(LifecycleNode):
         ]
         with self._lock:
             self._chunk_arrived = chunk_arrived
-        self._start_control_thread(output, settings.control_thread_priority)
+        if self._control_group is None:
+            self._start_control_thread(output, settings.control_thread_priority)
         # A backward jump of the ROS clock (sim time reset) leaves every buffered input stamped
         # in the future; without a reset the node would hold until the clock passes them again.
         self._clock_jump_handle = self.get_clock().create_jump_callback(

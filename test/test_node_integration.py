@@ -53,10 +53,31 @@ class ControlNodeHarness:
         ok = self.ros.spin_until(
             lambda: self.statuses and self.statuses[-1][1].output_state
             == PolicyStatus.OUTPUT_FOLLOWING, timeout, process=self.process)
-        assert ok, 'node never followed the policy:\n' + self.process.output()[-4000:]
+        assert ok, 'node never followed the policy:\n' + self.report()
 
     def latest_status(self):
         return self.statuses[-1][1]
+
+    def report(self):
+        """Return what the node last said about itself and its log, for a failure message."""
+        lines = []
+        if self.statuses:
+            received, status = self.statuses[-1]
+            lines.append(f'status {time.monotonic() - received:.2f} s ago: ' + ', '.join(
+                f'{name} {getattr(status, name)}' for name in (
+                    'lifecycle_state', 'engine_state', 'engine_detail', 'output_state',
+                    'hold_reason', 'observation_age_s', 'control_rate_hz', 'chunks_produced',
+                    'chunks_discarded', 'observations_synced', 'observations_dropped',
+                    'actions_skipped', 'inputs_rejected')))
+        for received, array in self.diagnostics[-1:]:
+            for entry in array.status:
+                values = ', '.join(f'{kv.key} {kv.value}' for kv in entry.values)
+                lines.append(f'{entry.name} ({time.monotonic() - received:.2f} s ago): '
+                             f'{entry.message}; {values}')
+        lines.append(f'chunks received {len(self.chunks)}, commands received '
+                     f'{len(self.trajectories)}, camera sets sent '
+                     f'{len(self.feeder.camera_stamps)}')
+        return '\n'.join(lines) + '\n' + self.process.output()[-3000:]
 
     def latch_estop(self):
         """Publish a latched e-stop, wait until the node reports it; return the publisher."""
@@ -389,7 +410,7 @@ def test_publish_on_chunk_sends_each_chunk_at_once_and_keeps_the_ticks_period(
     elapsed = time.monotonic() - start
     window = [msg for _, msg in harness.trajectories[commands:]]
     new_chunks = harness.chunks[chunks:]
-    assert len(new_chunks) >= 5, harness.process.output()[-3000:]
+    assert len(new_chunks) >= 5, harness.report()
     for msg in window:
         check_command(msg)
     # Every accepted chunk adds one command to the ticks' (a chunk that arrives within 2 ms of
@@ -419,7 +440,7 @@ def test_publish_on_chunk_sends_each_chunk_at_once_and_keeps_the_ticks_period(
     start = time.monotonic()
     ros.spin_for(4.0)
     elapsed = time.monotonic() - start
-    assert len(harness.chunks) - chunks >= 3, harness.process.output()[-4000:]
+    assert len(harness.chunks) - chunks >= 3, harness.report()
     assert len(harness.trajectories) - commands <= elapsed * rate + 1
 
 
