@@ -222,3 +222,42 @@ def test_the_last_robot_to_leave_stops_the_worker_and_a_left_robot_gets_nothing(
     assert not arm1.results
     assert arm2.client.stop(TIMEOUT)
     assert not worker.alive and worker.state is WorkerState.STOPPED
+
+
+class GuidedBatchEngine(BatchEngine):
+    """A BatchEngine with Real-Time Chunking: records each call's requests, applies them."""
+
+    def __init__(self):
+        super().__init__(gated=False)
+        self.requests = []
+
+    def normalize_actions(self, actions):
+        return np.asarray(actions, dtype=np.float32) / 2.0
+
+    def infer_batch(self, observations, rtc=None):
+        self.requests.append(rtc)
+        outputs = self._run(observations)
+        for output, request in zip(outputs, rtc or [None] * len(outputs)):
+            output.rtc_applied = request is not None
+        return outputs
+
+
+def test_each_robot_in_a_batch_is_guided_towards_its_own_plan():
+    engine = GuidedBatchEngine()
+    worker = InferenceWorker(lambda: engine, None, max_batch=2, batch_wait_s=2.0)
+    guided, plain = Robot(worker, '/guided'), Robot(worker, '/plain')
+    guided.client.guidance = lambda observation, latency: (np.full((40, 6), 4.0), 3)
+    plain.client.guidance = lambda observation, latency: None  # nothing to continue yet
+    worker.start()
+    assert worker.wait_ready(TIMEOUT)
+    guided.client.submit(observation('pick'))
+    plain.client.submit(observation('place'))
+    guided.wait()
+    plain.wait()
+    ((request, none),) = engine.requests
+    assert none is None and request.inference_delay == 3
+    assert np.all(request.prev_chunk == 2.0)  # normalized by the engine
+    assert guided.results[0].rtc_applied and not plain.results[0].rtc_applied
+    assert guided.client.counters['rtc_guided'] == 1 and plain.client.counters['rtc_guided'] == 0
+    assert plain.client.counters['rtc_no_previous'] == 1
+    assert worker.stop(TIMEOUT)
