@@ -138,3 +138,39 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
         assert abs(arm['command_rate_error_pct']) < 10
     assert (tmp_path / 'fleet.png').stat().st_size > 0
     assert (tmp_path / 'logs' / 'fleet_2.log').is_file()
+
+
+class _Node:
+    """The two things SharedEngine asks of a robot's node."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    def get_namespace(self):
+        return self.namespace
+
+    def get_logger(self):
+        return None
+
+
+def test_robots_share_the_engine_only_with_the_same_engine_settings():
+    import logging
+
+    from pi0_ros.fleet import SharedEngine
+    from pi0_ros.parameters import ParameterError, settings_from_values, SPECS
+    defaults = {name: spec.default for name, spec in SPECS.items()}
+    settings = settings_from_values(dict(defaults, device='cpu'))
+    shared = SharedEngine(['arm1', 'arm2', 'arm3'], batch_wait_s=0.01,
+                          gpu_memory_budget_gib=0.0, logger=logging.getLogger('fleet'))
+    first = shared(_Node('/arm1'), settings, print, None)
+    # Settings of the robot alone (its rate, its topics) may differ.
+    second = shared(_Node('/arm2'), settings_from_values(dict(defaults, device='cpu',
+                                                              control_rate=100.0)), print, None)
+    assert first.worker is second.worker and first.home_slot != second.home_slot
+    assert second.frame_key(('camera', 7)) == ('/arm2', ('camera', 7))
+    for name, value in (('precision', 'fp32'), ('seed', 3), ('camera_names', ['a', 'b']),
+                        ('position_upper', [3.0] * 6)):
+        other = settings_from_values(dict(defaults, device='cpu', **{name: value}))
+        with pytest.raises(ParameterError, match=f"'{name}'.*/arm1 has"):
+            shared(_Node('/arm3'), other, print, None)
+    assert first.worker.client_count == 2
