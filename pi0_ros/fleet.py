@@ -29,7 +29,7 @@ from rclpy.validate_namespace import validate_namespace
 
 from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
                                ThreadBoundCallbackGroup)
-from pi0_ros.node import build_engine, engine_options, Pi0ControlNode
+from pi0_ros.node import build_engine, close_nodes, engine_options, Pi0ControlNode
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 
@@ -256,15 +256,8 @@ def main(args=None):
     finally:
         if control is not None:
             control.stop()
-        for node in nodes:
-            node.stop_threads()
-            if node.control_thread_error is not None:
-                exit_code = 1
-            if executor is not None:
-                executor.remove_node(node)
-            node.destroy_node()
-        if executor is not None:
-            executor.shutdown()
+        if not close_nodes(nodes, executor):
+            exit_code = 1
         if fleet is not None:
             fleet.destroy_node()
         rclpy.try_shutdown()

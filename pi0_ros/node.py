@@ -884,17 +884,28 @@ def main(args=None):
             print(f'[{NODE_NAME}] fatal: {type(error).__name__}: {error}', file=sys.stderr)
             exit_code = 1
     finally:
-        if node is not None:
-            node.stop_threads()
-            if node.control_thread_error is not None:
-                exit_code = 1
-            if executor is not None:
-                executor.remove_node(node)
-            node.destroy_node()
-        if executor is not None:
-            executor.shutdown()
+        if not close_nodes([node] if node is not None else [], executor):
+            exit_code = 1
         rclpy.try_shutdown()
     return exit_code
+
+
+def close_nodes(nodes, executor):
+    """
+    Stop the control nodes' threads, destroy them and shut the executor down (process exit).
+
+    Return False if a node's control thread had failed (the process exits with code 1).
+    """
+    failed = False
+    for node in nodes:
+        node.stop_threads()
+        failed = failed or node.control_thread_error is not None
+        if executor is not None:
+            executor.remove_node(node)
+        node.destroy_node()
+    if executor is not None:
+        executor.shutdown()
+    return not failed
 
 
 if __name__ == '__main__':

@@ -40,7 +40,10 @@ class ControlNodeHarness:
         node = ros_node.node
         self.process = start_process('pi0_ros.node',
                                      parameters={**NODE_PARAMETERS, **(parameters or {})})
-        self.feeder = RobotFeeder(node, compressed=compressed)
+        # 320x240, as test_faults: with Fast DDS's default transports and a busy core, 640x480
+        # sets reached the node so rarely that it held for a stale observation for 8-10 s in
+        # fresh-clone runs (4 of 453 sets synchronized; docs/reliability.md).
+        self.feeder = RobotFeeder(node, width=320, height=240, compressed=compressed)
         # Deep queue: the test process is busy publishing frames; no command may be lost here.
         self.trajectories = ros_node.collect(JointTrajectory, 'joint_trajectory', 200)
         self.chunks = ros_node.collect(ActionChunk, 'pi0_ros/action_chunk', 10)

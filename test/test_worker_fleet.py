@@ -5,11 +5,10 @@ from dataclasses import dataclass
 import threading
 
 import numpy as np
+from test_worker import TIMEOUT, wait_for
 
 from pi0_ros.engine.errors import InputError
 from pi0_ros.worker import InferenceWorker, Observation, WorkerState
-
-TIMEOUT = 10.0
 
 
 @dataclass
@@ -90,15 +89,6 @@ def fleet(engine, robots, **kwargs):
     worker.start()
     assert worker.wait_ready(TIMEOUT)
     return worker, clients
-
-
-def wait_for(predicate):
-    event = threading.Event()
-    for _ in range(int(TIMEOUT / 0.01)):
-        if predicate():
-            return True
-        event.wait(0.01)
-    return predicate()
 
 
 def test_ready_observations_run_as_one_batch_with_each_robots_frame_keys():
