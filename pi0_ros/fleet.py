@@ -219,7 +219,7 @@ def main(args=None):
                               logger=fleet.get_logger())
         # Every robot's control timer on one thread (SCHED_FIFO where permitted), not on the
         # executor that serves every robot's cameras, and not a thread each (contending for the
-        # GIL with the inference thread): benchmarks/RESULTS.md, fleet-h100.
+        # GIL with the inference thread): record fleet-control-on-executor-h100, docs/fleet.md.
         control_group = ThreadBoundCallbackGroup()
         nodes = [Pi0ControlNode(worker_provider=shared, control_group=control_group,
                                 namespace=name) for name in robots]
