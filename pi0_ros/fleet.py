@@ -90,18 +90,19 @@ class SharedEngine:
         with self._lock:
             if self._worker is None or (self._worker.client_count == 0
                                         and not self._worker.alive):
-                self._check_memory(settings)
-                self._worker = self._new_worker(settings)
+                robots = len(self.robots)
+                options = engine_options(settings, max_batch=robots,
+                                         batch_buckets=fleet_batch_buckets(robots))
+                self._check_memory(settings, options)
+                self._worker = self._new_worker(settings, options)
                 self._settings, self._owner = settings, name
             else:
                 self._check_same_engine(settings)
             return self._worker.add_client(on_result, guidance=guidance,
                                            logger=node.get_logger(), name=name)
 
-    def _new_worker(self, settings):
+    def _new_worker(self, settings, options):
         robots = len(self.robots)
-        options = engine_options(settings, max_batch=robots,
-                                 batch_buckets=fleet_batch_buckets(robots))
         self._logger.info(f'one engine for {robots} robots ({", ".join(self.robots)}): '
                           f'batches of up to {robots}, batch_wait {self._batch_wait_s * 1e3:g} ms')
         return InferenceWorker(lambda: build_engine(settings, options), None,
@@ -121,7 +122,7 @@ class SharedEngine:
                                      f'robots sharing one engine need the same value; '
                                      f'{self._owner} has {getattr(self._settings, name)!r}')
 
-    def _check_memory(self, settings):
+    def _check_memory(self, settings, options):
         """Refuse (ParameterError) a robot count the GPU's memory cannot hold."""
         import torch
 
@@ -138,8 +139,6 @@ class SharedEngine:
         dims = _model_dims(settings)
         cameras = len(settings.camera_names)
         dtype = resolve_dtype(settings.precision, device)
-        options = engine_options(settings, max_batch=robots,
-                                 batch_buckets=fleet_batch_buckets(robots))
         fit = robots_that_fit(budget, robots, dims, cameras, options, dtype)
         if fit < robots:
             needed = estimate_memory(dims, cameras, options, dtype).total

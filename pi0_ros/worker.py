@@ -216,7 +216,6 @@ class InferenceWorker:
         self._clients = []
         self._encode_frames_ahead = encode_frames_ahead
         self._warning_period_s = warning_period_s
-        self._last_warnings = {}
         self._stop_requested = False
         self._ready = threading.Event()
         self._thread = None
