@@ -8,12 +8,45 @@ from rclpy.qos import (DurabilityPolicy, qos_profile_sensor_data, QoSProfile,
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
-from pi0_ros.conversions import rgb_to_image
-from pi0_ros.parameters import SO101_JOINTS
+from pi0_ros.control import validate_trajectory
+from pi0_ros.conversions import rgb_to_image, stamp_to_nanoseconds
+from pi0_ros.parameters import (SO101_JOINTS, SO101_MAX_VELOCITY, SO101_POSITION_LOWER,
+                                SO101_POSITION_UPPER)
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
 CAMERAS = ('front', 'side', 'wrist')
+
+
+def command_problems(msg) -> list:
+    """Return what makes a JointTrajectory invalid for joint_trajectory_controller ([]: valid)."""
+    if list(msg.joint_names) != SO101_JOINTS:
+        return [f'joint names {list(msg.joint_names)}']
+    problems = []
+    if stamp_to_nanoseconds(msg.header.stamp) <= 0:  # the plan's start on the ROS clock
+        problems.append('no header stamp')
+    times = np.array([p.time_from_start.sec + p.time_from_start.nanosec * 1e-9
+                      for p in msg.points])
+    positions = np.array([p.positions for p in msg.points])
+    velocities = np.array([p.velocities for p in msg.points])
+    problems += validate_trajectory(times, positions, velocities, len(SO101_JOINTS))
+    if problems:
+        return problems
+    if np.any(positions < np.array(SO101_POSITION_LOWER) - 1e-9) \
+            or np.any(positions > np.array(SO101_POSITION_UPPER) + 1e-9):
+        problems.append('a position outside the joint limits')
+    if np.any(np.abs(velocities) > np.array(SO101_MAX_VELOCITY) + 1e-6):
+        problems.append('a velocity above the joint limits')
+    return problems
+
+
+def smooth_frames(width: int, height: int) -> dict:
+    """Per camera a smooth RGB gradient: a few kB as JPEG (random frames take tens of kB)."""
+    x = np.linspace(0, 255, width)[None, :, None]
+    y = np.linspace(0, 255, height)[:, None, None]
+    return {name: np.broadcast_to((x * (index + 1) / 3 + y / 2 + 40 * np.arange(3)) % 256,
+                                  (height, width, 3)).astype(np.uint8)
+            for index, name in enumerate(CAMERAS)}
 
 
 class RobotFeeder:
@@ -23,7 +56,7 @@ class RobotFeeder:
     """
 
     def __init__(self, node, *, camera_rate=30.0, joint_rate=200.0, width=640, height=480,
-                 compressed=(), joint_names=SO101_JOINTS):
+                 compressed=(), joint_names=SO101_JOINTS, frames=None):
         self.node = node
         self.joint_names = list(joint_names)
         self.positions = np.zeros(len(self.joint_names))
@@ -32,8 +65,8 @@ class RobotFeeder:
         self.camera_stamps = []
         self.compressed = set(compressed)
         rng = np.random.default_rng(0)
-        self.frames = {name: rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
-                       for name in CAMERAS}
+        self.frames = frames or {name: rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+                                 for name in CAMERAS}
         self.jpegs = {name: cv2.imencode('.jpg', cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))[1]
                       for name, frame in self.frames.items()}
         self.image_pubs = {}

@@ -44,6 +44,8 @@ def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
     assert feeder['cameras']['camera_sets'] > 0 and feeder['joints']['joint_states'] > 0
     for name in ('timeseries.png', 'control_period.png'):
         assert (output / name).stat().st_size > 10_000
+    startup = summary['startup_s']  # seconds from the node process's start
+    assert None not in startup.values() and 0 < startup['first_policy_command'] < 60, startup
 
 
 def test_node_parameters_are_parsed_as_literals_else_strings():

@@ -545,6 +545,26 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
     }
 
 
+def startup_times(monitor, spawned: float) -> dict:
+    """
+    Return the seconds from the node process's start to its first command and chunk.
+
+    'first_policy_command' is the first command after the first chunk: the first that carries
+    the policy's actions.
+    """
+    first_command = monitor.command_times[0] if monitor.command_times else None
+    first_chunk = monitor.chunks[0][0] if monitor.chunks else None
+    policy_command = next((t for t in monitor.command_times
+                           if first_chunk is not None and t >= first_chunk), None)
+
+    def since_spawn(when):
+        return None if when is None else when - spawned
+
+    return {'first_command': since_spawn(first_command),
+            'first_chunk': since_spawn(first_chunk),
+            'first_policy_command': since_spawn(policy_command)}
+
+
 def _pct(values, q, scale=1.0):
     values = np.asarray(values, dtype=np.float64)
     return float(np.percentile(values, q) * scale) if values.size else None
@@ -663,6 +683,7 @@ def run_monitor(args):
     print(f'pi0_ros soak: {args.duration:.0f} s (warm-up {args.warmup:.0f} s), {model}, device '
           f'{args.device}, ROS_DOMAIN_ID={domain_id}, Fast DDS profile {args.fastdds_profile}; '
           f'report in {output}', flush=True)
+    spawned = time.monotonic()  # the start-up figures count from here (as ros2 launch would)
     control = Process('control', [sys.executable, '-m', 'pi0_ros.node'] + ros_args(
         {'checkpoint': args.checkpoint, 'random_model': args.random_model, 'device': args.device,
          'precision': args.precision, 'control_rate': args.control_rate, 'status_rate': 2.0,
@@ -723,6 +744,7 @@ def run_monitor(args):
     feeder_stats = {role: json.loads((output / f'feeder_{role}.json').read_text())
                     for role in FEEDER_STREAMS if (output / f'feeder_{role}.json').exists()}
     summary = summarize(monitor, args, window, feeder_stats, exit_codes, crashed)
+    summary['startup_s'] = startup_times(monitor, spawned)
     summary['command'] = 'python -m pi0_ros.tools.soak ' + ' '.join(sys.argv[1:])
     (output / 'summary.json').write_text(json.dumps(summary, indent=2, default=_json_default))
     write_plots(output, monitor, args, window)
@@ -734,6 +756,10 @@ def run_monitor(args):
           f"{commands['jitter_p99_ms_receive'] or 0:.2f} ms, unsafe {commands['unsafe']}, RSS "
           f"{memory['rss_mib_baseline'] or 0:.0f} -> "
           f"{memory['rss_mib_final'] or 0:.0f} MiB ({(memory['rss_growth'] or 0) * 100:+.2f} %)")
+    startup = summary['startup_s']
+    if startup['first_policy_command'] is not None:
+        print(f"first command from a chunk {startup['first_policy_command']:.1f} s after the "
+              f"node process started (first chunk {startup['first_chunk']:.1f} s)")
     print(f'report: {output}/summary.json, timeseries.png, control_period.png')
     if failed:
         for name in failed:
