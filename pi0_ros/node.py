@@ -674,9 +674,16 @@ class Pi0ControlNode(LifecycleNode):
         k chunk_dt, as far as the executing chunk reaches), and the delay: the actions of the
         new chunk already due when it arrives (now + the expected latency), which the planner
         skips. None while no chunk is followed (holding, before the first): a plain call.
+
+        A chunk that arrived but that the control tick has not taken yet is the plan to
+        continue: it takes over before this call's chunk arrives (the worker starts the next
+        call as soon as it delivers a chunk, up to a control period before the tick).
         """
         with self._lock:
-            executing, settings = self._executing_chunk, self._settings
+            settings = self._settings
+            arrived = [result for result in self._pending_results
+                       if result.observation.epoch == self._epoch]
+            executing = self._followed_chunk(arrived[-1]) if arrived else self._executing_chunk
         if executing is None:
             return None
         dt = settings.chunk_dt
@@ -688,6 +695,11 @@ class Pi0ControlNode(LifecycleNode):
         delay = min(executing.horizon,
                     max(0, math.ceil((arrival - observation.stamp) / dt - 1e-9)))
         return executing.sample_many(times[:covered]), delay
+
+    def _followed_chunk(self, result):
+        """Return the Chunk the plan follows once it takes a result: as the planner clamps it."""
+        return Chunk(result.observation.stamp, self._settings.chunk_dt,
+                     self._limits.clamp_position(result.actions))
 
     def _hold_reason(self, now, observation_stamp, joint_state_time):
         settings = self._settings
@@ -712,9 +724,7 @@ class Pi0ControlNode(LifecycleNode):
             self._counters['actions_skipped'] += outcome.skipped_actions
             self._counters['chunks_produced' if outcome.accepted else 'chunks_rejected'] += 1
             if outcome.accepted and settings.chunk_handover == 'rtc':
-                # What the plan follows from now (no blending): as the planner clamps it.
-                self._executing_chunk = Chunk(chunk.t0, chunk.dt,
-                                              self._limits.clamp_position(chunk.actions))
+                self._executing_chunk = self._followed_chunk(result)
         if not outcome.accepted:
             self.get_logger().warning(f'chunk {chunk.sequence} rejected: {outcome.reason}',
                                       throttle_duration_sec=LOG_THROTTLE_S)

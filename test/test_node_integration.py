@@ -459,8 +459,10 @@ def test_rtc_chunks_continue_the_executing_plan(start_process, ros_node):
         gap = np.linalg.norm(actions - executing.sample_many(times), axis=1)
         guided.append(gap[:3].mean())    # inside the delay: held to the plan
         free.append(gap[30:40].mean())   # past the execution horizon (10): not guided
-    # The random model's chunks are unrelated where free; where guided they continue the plan.
-    assert np.median(guided) < 0.1 * np.median(free), (guided, free)
+    # The random model's chunks are unrelated where free; where guided every one continues the
+    # plan it takes over from, also when the worker starts a call before the control tick has
+    # taken the chunk that arrived last (the plan to continue is then that chunk).
+    assert max(guided) < 0.05 * np.median(free), (guided, free)
 
     def engine_diagnostics():
         reports = [{kv.key: kv.value for kv in s.values} for _, array in harness.diagnostics
