@@ -99,6 +99,7 @@ class WorkerClient:
         self.last_input_rejection = -float('inf')  # monotonic time of the engine's last one
         # Guarded by the worker's lock:
         self.slot = None
+        self.waiting_since = 0.0  # monotonic time the slot last went from empty to full
         self.arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
         self.epoch = 0
         self.in_flight = False
@@ -308,6 +309,9 @@ class InferenceWorker:
                 return
             if client.slot is not None:
                 client.counters['dropped'] += 1
+            else:
+                # A newer observation replacing a waiting one keeps the robot's place in line.
+                client.waiting_since = time.monotonic()
             client.slot = observation
             self._wakeup.notify()
 
@@ -444,7 +448,7 @@ class InferenceWorker:
 
     def _fill_batch(self, ready):
         """Wait up to batch_wait_s after the oldest ready observation for the others' to join."""
-        deadline = min(client.slot.received_at for client in ready) + self._batch_wait_s
+        deadline = min(client.waiting_since for client in ready) + self._batch_wait_s
         while not self._stop_requested and self.state is not WorkerState.FAILED:
             if len(ready) >= min(len(self._clients), self._max_batch):
                 break
@@ -475,9 +479,10 @@ class InferenceWorker:
                     frame, key = client.arrived_frames.pop(camera)
                     batch = None
                 else:
-                    # The oldest first (none starves), then in slot order: a robot that keeps
-                    # its batch slot finds the frames it encoded ahead there.
-                    ready.sort(key=lambda c: c.slot.received_at)
+                    # The longest waiting first (none starves, also with fewer batch slots
+                    # than robots), then in slot order: a robot that keeps its batch slot finds
+                    # the frames it encoded ahead there.
+                    ready.sort(key=lambda c: c.waiting_since)
                     batch = sorted(ready[:self._max_batch], key=lambda c: c.home_slot)
                     observations = []
                     for client in batch:

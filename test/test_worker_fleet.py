@@ -138,6 +138,26 @@ def test_the_oldest_observations_go_first_so_no_robot_starves():
     assert worker.stop(TIMEOUT)
 
 
+def test_a_robot_waits_in_line_while_its_newer_observations_replace_the_waiting_one():
+    engine = BatchEngine()
+    worker, robots = fleet(engine, ['/a', '/b', '/c'], max_batch=2)
+    robots[0].client.submit(observation('a1'))
+    assert wait_for(lambda: len(engine.calls) == 1)
+    # While a1 runs: c waits first, then b, then a; c's newer observation replaces its waiting
+    # one last. c keeps its place: the next batch is b and c (c's newest), a comes after.
+    for robot, text in ((robots[2], 'c1'), (robots[1], 'b1'), (robots[0], 'a2'),
+                        (robots[2], 'c2')):
+        robot.client.submit(observation(text))
+        threading.Event().wait(0.01)  # distinct arrival times
+    for _ in range(3):
+        engine.gate.release()
+    assert wait_for(lambda: len(engine.calls) == 3)
+    assert [[text for text, _ in call] for call in engine.calls] == [['a1'], ['b1', 'c2'],
+                                                                     ['a2']]
+    assert robots[2].client.counters['dropped'] == 1
+    assert worker.stop(TIMEOUT)
+
+
 def test_one_robots_bad_input_is_its_own_and_the_others_chunks_still_come():
     engine = BatchEngine(gated=False)
     worker, (good, bad) = fleet(engine, ['/good', '/bad'], max_batch=2, batch_wait_s=2.0)
