@@ -24,7 +24,7 @@ ARGUMENTS = [
      "Parameters of every robot's control node"),
     ('fleet_params_file', PathJoinSubstitution([FindPackageShare('pi0_ros'), 'config',
                                                 'fleet.yaml']),
-     'Parameters of the fleet (batch_wait, gpu_memory_budget) and per-robot overrides'),
+     'Parameters of the fleet (batch_wait, max_batch, gpu_memory_budget) and per-robot overrides'),
     ('checkpoint', '', f'LeRobot pi0 checkpoint directory ({UNSET_HELP})'),
     ('device', '', f'Torch device: auto | cpu | cuda | cuda:N ({UNSET_HELP})'),
     ('precision', '', f'Engine precision: auto | fp32 | bf16 | fp16 ({UNSET_HELP})'),

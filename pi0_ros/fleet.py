@@ -11,11 +11,12 @@ that are ready, oldest first, after waiting at most `batch_wait` for the other r
 An e-stop, bad input or stale camera on one robot holds that robot only; an engine failure (the
 GPU) holds every robot it serves.
 
-The engine is built from the first robot that configures, sized for `robots` observations per
-call (max_batch); the others must ask for the same engine (checkpoint, precision, device, cameras,
-joints, ...), or their configure fails naming the parameter. On a GPU, configure refuses a robot
-count whose estimated memory (pi0_ros.engine.memory) exceeds the free memory or
-`gpu_memory_budget`, and says how many fit.
+The engine is built from the first robot that configures, sized for `max_batch` observations per
+call (default: one per robot; fewer, and the robots take turns, the longest waiting first); the
+others must ask for the same engine (checkpoint, precision, device, cameras, joints, ...), or
+their configure fails naming the parameter. On a GPU, configure refuses a batch size whose
+estimated memory (pi0_ros.engine.memory) exceeds the free memory or `gpu_memory_budget`, and
+says how many fit.
 """
 from dataclasses import replace
 from pathlib import Path
@@ -74,8 +75,10 @@ def _model_dims(settings):
 class SharedEngine:
     """Gives each robot's node a WorkerClient of one InferenceWorker (its worker_provider)."""
 
-    def __init__(self, robots, *, batch_wait_s, gpu_memory_budget_gib, logger):
+    def __init__(self, robots, *, batch_wait_s, gpu_memory_budget_gib, logger, max_batch=0):
         self.robots = list(robots)
+        # Observations per engine call: one per robot, or fewer (robots then take turns).
+        self.max_batch = min(max_batch, len(self.robots)) if max_batch > 0 else len(self.robots)
         self._batch_wait_s = batch_wait_s
         self._budget_gib = gpu_memory_budget_gib
         self._logger = logger
@@ -90,9 +93,8 @@ class SharedEngine:
         with self._lock:
             if self._worker is None or (self._worker.client_count == 0
                                         and not self._worker.alive):
-                robots = len(self.robots)
-                options = engine_options(settings, max_batch=robots,
-                                         batch_buckets=fleet_batch_buckets(robots))
+                options = engine_options(settings, max_batch=self.max_batch,
+                                         batch_buckets=fleet_batch_buckets(self.max_batch))
                 self._check_memory(settings, options)
                 self._worker = self._new_worker(settings, options)
                 self._settings, self._owner = settings, name
@@ -104,12 +106,13 @@ class SharedEngine:
     def _new_worker(self, settings, options):
         robots = len(self.robots)
         self._logger.info(f'one engine for {robots} robots ({", ".join(self.robots)}): '
-                          f'batches of up to {robots}, batch_wait {self._batch_wait_s * 1e3:g} ms')
+                          f'batches of up to {self.max_batch}, batch_wait '
+                          f'{self._batch_wait_s * 1e3:g} ms')
         return InferenceWorker(lambda: build_engine(settings, options), None,
                                max_consecutive_failures=settings.max_consecutive_failures,
                                logger=self._logger, niceness=settings.inference_niceness,
                                encode_frames_ahead=settings.encode_frames_ahead,
-                               max_batch=robots, batch_wait_s=self._batch_wait_s)
+                               max_batch=self.max_batch, batch_wait_s=self._batch_wait_s)
 
     def _check_same_engine(self, settings):
         names = ENGINE_SETTINGS + (RANDOM_MODEL_SETTINGS if not settings.checkpoint else ())
@@ -131,7 +134,6 @@ class SharedEngine:
         device = resolve_device(settings.device)
         if device.type != 'cuda':
             return
-        robots = len(self.robots)
         if self._budget_gib > 0:
             budget, what = int(self._budget_gib * GIB), 'gpu_memory_budget'
         else:
@@ -139,13 +141,14 @@ class SharedEngine:
         dims = _model_dims(settings)
         cameras = len(settings.camera_names)
         dtype = resolve_dtype(settings.precision, device)
-        fit = robots_that_fit(budget, robots, dims, cameras, options, dtype)
-        if fit < robots:
+        fit = robots_that_fit(budget, self.max_batch, dims, cameras, options, dtype)
+        if fit < self.max_batch:
             needed = estimate_memory(dims, cameras, options, dtype).total
             raise ParameterError(
                 'robots', self.robots,
-                f'{robots} robots need about {needed / GIB:.2f} GiB of GPU memory for one '
-                f'engine, {budget / GIB:.2f} GiB {what}: at most {fit} fit')
+                f'batches of {self.max_batch} robots need about {needed / GIB:.2f} GiB of GPU '
+                f'memory for one engine, {budget / GIB:.2f} GiB {what}: at most {fit} fit (or '
+                f'set max_batch to {fit}: the robots then take turns)')
 
 
 def _declare_fleet_parameters(node):
@@ -155,6 +158,10 @@ def _declare_fleet_parameters(node):
     node.declare_parameter('batch_wait', 0.005, ParameterDescriptor(
         description="Seconds the oldest ready observation waits for the other robots' to join "
                     'its batch'))
+    node.declare_parameter('max_batch', 0, ParameterDescriptor(
+        description='Observations per engine call: 0 = one per robot; fewer = the robots take '
+                    'turns, the longest waiting first (smaller calls, so less latency per chunk '
+                    'and less GPU memory, fewer chunks per robot)'))
     node.declare_parameter('gpu_memory_budget', 0.0, ParameterDescriptor(
         description='GiB of GPU memory the engine may use; 0 = the memory free when it loads'))
 
@@ -208,14 +215,17 @@ def main(args=None):
             robots = read_robots(fleet)
             batch_wait = float(fleet.get_parameter('batch_wait').value)
             budget = float(fleet.get_parameter('gpu_memory_budget').value)
+            max_batch = int(fleet.get_parameter('max_batch').value)
             if not 0.0 <= batch_wait <= 1.0 or budget < 0.0:
                 raise ParameterError('batch_wait', batch_wait,
                                      'needs 0..1 s (and gpu_memory_budget >= 0)')
+            if max_batch < 0:
+                raise ParameterError('max_batch', max_batch, 'needs 0 (one per robot) or more')
         except ParameterError as error:
             fleet.get_logger().fatal(str(error))
             return 1
         shared = SharedEngine(robots, batch_wait_s=batch_wait, gpu_memory_budget_gib=budget,
-                              logger=fleet.get_logger())
+                              logger=fleet.get_logger(), max_batch=max_batch)
         # Every robot's control timer on one thread (SCHED_FIFO where permitted), not on the
         # executor that serves every robot's cameras, and not a thread each (contending for the
         # GIL with the inference thread): record fleet-control-on-executor-h100, docs/fleet.md.

@@ -109,12 +109,12 @@ SPECS = {
                                     'the next tick (the fixed-rate ticks go on unchanged: the '
                                     'controller then receives control_rate plus the chunk rate '
                                     'messages per second)', dynamic=True),
-    'chunk_handover': Spec('blend', 'How a new chunk takes over from the executing one: rtc = '
-                                    'Real-Time Chunking: the engine makes it continue the '
-                                    'executing plan (the actions of the expected inference '
-                                    'delay held to it, the next rtc_execution_horizon guided '
-                                    'with a decaying weight) and it takes over at once; blend = '
-                                    'blended in over blend_duration (or temporal_ensembling)'),
+    'chunk_handover': Spec('rtc', 'How a new chunk takes over from the executing one: rtc = '
+                                  'Real-Time Chunking: the engine makes it continue the '
+                                  'executing plan (the actions of the expected inference '
+                                  'delay held to it, the next rtc_execution_horizon guided '
+                                  'with a decaying weight) and it takes over at once; blend = '
+                                  'blended in over blend_duration (or temporal_ensembling)'),
     'rtc_execution_horizon': Spec(10, 'rtc: actions of the new chunk guided towards the '
                                       'executing plan (the delay counts in), steps', 1, 1000),
     'rtc_schedule': Spec('linear', 'rtc: guidance weight over the execution horizon after the '

@@ -176,3 +176,6 @@ def test_robots_share_the_engine_only_with_the_same_engine_settings():
         with pytest.raises(ParameterError, match=f"'{name}'.*/arm1 has"):
             shared(_Node('/arm3'), other, print, None)
     assert first.worker.client_count == 2
+    # Calls of one observation per robot by default; fewer where max_batch says (turns).
+    assert [SharedEngine(['a', 'b', 'c'], batch_wait_s=0.0, gpu_memory_budget_gib=0.0,
+                         logger=None, max_batch=n).max_batch for n in (0, 2, 9)] == [3, 2, 3]

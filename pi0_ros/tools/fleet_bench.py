@@ -43,6 +43,8 @@ def parse_args(argv):
     parser.add_argument('--precision', default='auto', help='auto | fp32 | bf16 | fp16')
     parser.add_argument('--batch-wait', type=float, default=0.005,
                         help="seconds an observation waits for the other arms' (fleet batch_wait)")
+    parser.add_argument('--max-batch', type=int, default=0,
+                        help='observations per engine call (fleet max_batch; 0 = one per arm)')
     parser.add_argument('--node-parameter', type=node_parameter, action='append', default=[],
                         metavar='NAME:=VALUE', help='another parameter of every robot node')
     parser.add_argument('--control-rate', type=float, default=50.0)
@@ -118,7 +120,8 @@ def run_count(count, args, logs, env):
     import rclpy
     robots = [f'arm{index + 1}' for index in range(count)]
     fleet = Process(f'fleet_{count}', [sys.executable, '-m', 'pi0_ros.fleet'] + ros_args(
-        {'robots': robots, 'batch_wait': args.batch_wait, 'checkpoint': args.checkpoint,
+        {'robots': robots, 'batch_wait': args.batch_wait, 'max_batch': args.max_batch,
+         'checkpoint': args.checkpoint,
          'random_model': args.random_model, 'device': args.device, 'precision': args.precision,
          'control_rate': args.control_rate, 'status_rate': 2.0,
          'max_image_width': max(args.image_width, 64),
