@@ -126,7 +126,7 @@ class SharedEngine:
                                      f'{self._owner} has {getattr(self._settings, name)!r}')
 
     def _check_memory(self, settings, options):
-        """Refuse (ParameterError) a robot count the GPU's memory cannot hold."""
+        """Refuse (ParameterError) a batch size (max_batch) the GPU's memory cannot hold."""
         import torch
 
         from pi0_ros.engine.engine import resolve_device, resolve_dtype

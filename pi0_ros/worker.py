@@ -21,7 +21,7 @@ reports as executing when the call starts; without one, or where it cannot be us
 plain, counted and logged.
 """
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import enum
 import os
 import threading
@@ -45,7 +45,6 @@ class Observation:
     state: np.ndarray
     instruction: str
     epoch: int
-    received_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
