@@ -40,7 +40,12 @@ def main():
     def write(**fields):
         record.write(json.dumps({'t': time.monotonic(), **fields}) + '\n')
 
+    feeder = (RobotFeeder(node, width=320, height=240, compressed=CAMERAS,
+                          frames=smooth_frames(320, 240)) if args.role == 'robot' else None)
+
     def on_command(msg):
+        if feeder is not None:
+            feeder.follow(msg)
         write(kind='command', stamp=stamp_to_nanoseconds(msg.header.stamp) * 1e-9,
               problems=command_problems(msg),
               at_rest=all(v == 0.0 for point in msg.points for v in point.velocities),
@@ -52,10 +57,7 @@ def main():
 
     node.create_subscription(JointTrajectory, 'joint_trajectory', on_command, 50)
     node.create_subscription(PolicyStatus, 'pi0_ros/status', on_status, 10)
-    if args.role == 'robot':
-        feeder = RobotFeeder(node, width=320, height=240, compressed=CAMERAS,
-                             frames=smooth_frames(320, 240))
-        node.create_subscription(JointTrajectory, 'joint_trajectory', feeder.follow, 10)
+    if feeder is not None:
         feeder.say(args.instruction)
     try:
         rclpy.spin(node)
