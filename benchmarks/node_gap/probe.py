@@ -313,29 +313,32 @@ class Probe:
         torch.cuda.Stream.synchronize = synchronize
 
         # Worker: hand-over, the call, encoding ahead.
-        original_submit = InferenceWorker.submit
+        original_submit_for = InferenceWorker.submit_for
 
-        def submit(self, observation):
+        def submit_for(self, client, observation):
+            waiting = client.slot is not None
             with probe.lock:
-                probe.submits[id(observation)] = (time.perf_counter(), self._slot is not None)
+                probe.submits[id(observation)] = (time.perf_counter(), waiting)
                 while len(probe.submits) > 64:
                     probe.submits.popitem(last=False)
                 probe.counts[probe.phase]['submitted'] += 1
-                if self._slot is not None:
+                if waiting:
                     probe.counts[probe.phase]['replaced_in_slot'] += 1
-            return original_submit(self, observation)
-        InferenceWorker.submit = submit
+            return original_submit_for(self, client, observation)
+        InferenceWorker.submit_for = submit_for
 
         original_worker_infer = InferenceWorker._infer
 
-        def worker_infer(self, observation):
+        def worker_infer(self, batch, observations, requests=None):
+            # The probe drives one robot: a batch of one observation.
+            (observation,) = observations
             probe.worker_tid = threading.get_native_id()
             with probe.lock:
                 t_submit, _ = probe.submits.pop(id(observation), (None, None))
             rec = probe.begin_infer('infer', observation, t_submit)
             result = None
             try:
-                result = original_worker_infer(self, observation)
+                (result,) = original_worker_infer(self, batch, observations, requests)
             finally:
                 probe.end_infer(rec, result)  # a ChunkResult: timings_ms, vision_cache_hits
             if result is not None:
@@ -344,18 +347,18 @@ class Probe:
                     probe.by_result[id(result)] = rec
                     while len(probe.by_result) > 64:
                         probe.by_result.popitem(last=False)
-            return result
+            return [result]
         InferenceWorker._infer = worker_infer
 
         original_encode_ahead = InferenceWorker._encode_ahead
 
-        def encode_ahead(self, camera, frame, key):
+        def encode_ahead(self, client, camera, frame, key):
             rec = {'phase': probe.phase, 'kind': 'encode', 'seg': Counter(), 'marks': {},
                    'starved': {}}
             probe.tls.rec = rec
             start = time.perf_counter()
             try:
-                return original_encode_ahead(self, camera, frame, key)
+                return original_encode_ahead(self, client, camera, frame, key)
             finally:
                 end = time.perf_counter()
                 probe.tls.rec = None
@@ -365,7 +368,7 @@ class Probe:
                     probe.encodes[rec['phase']].append(
                         {'ms': (end - start) * MS, 'upload_ms': seg['upload'] * MS,
                          'sync_ms': seg['sync'] * MS,
-                         'observation_waiting': self._slot is not None})
+                         'observation_waiting': client.slot is not None})
         InferenceWorker._encode_ahead = encode_ahead
 
         # Node: callbacks, result hand-over, the control tick that takes the chunk.
@@ -1333,6 +1336,12 @@ def main(argv=None):
         runner.spin()
         runner.bench_phases()
         runner.node_phases()
+        idle = [name for name, phase in runner.summary['phases'].items()
+                if not phase.get('inferences_per_s')]
+        if idle:  # e.g. the inference thread crashed: no figures, so no success either
+            runner.summary['errors'].append(f"no inference in phase(s) {', '.join(idle)}")
+            print(f"probe: no inference in phase(s) {', '.join(idle)}", file=sys.stderr)
+            code = 1
     except KeyboardInterrupt:
         runner.summary['errors'].append('interrupted (budget): partial results')
         code = 1
