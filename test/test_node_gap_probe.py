@@ -1,7 +1,11 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The node-gap probe (benchmarks/node_gap) on the CPU: it wraps the worker's and node's methods,
-so a change of their signatures must fail here, not on a GPU machine (as it once did)."""
+"""
+The node-gap probe (benchmarks/node_gap) on the CPU.
+
+It wraps the worker's and node's methods, so a change of their signatures must fail here, not on
+a GPU machine (as it once did).
+"""
 import json
 import os
 import pathlib

@@ -26,8 +26,11 @@ MODES = {
     'none': {'chunk_handover': 'blend', 'blend_duration': 0.0},  # takes over at once
     'blend': {'chunk_handover': 'blend'},  # blended in over blend_duration (0.2 s)
     'rtc': {'chunk_handover': 'rtc'},  # Real-Time Chunking: made to continue the plan
-    # ... guided over the whole chunk (the default guides the delay and 10 actions)
+    # ... guided over the whole chunk (the default guides the delay and 10 actions), the weight
+    # falling linearly, as the paper's exponential, or held at 1 (the overlap kept as planned)
     'rtc_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50},
+    'rtc_exp_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50, 'rtc_schedule': 'exp'},
+    'rtc_ones_h50': {'chunk_handover': 'rtc', 'rtc_execution_horizon': 50, 'rtc_schedule': 'ones'},
 }
 
 
