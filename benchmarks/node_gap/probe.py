@@ -278,22 +278,24 @@ class Probe:
             rec = getattr(probe.tls, 'rec', None)
             if rec is None:
                 return original_run_stage(self, stage, size)
+            # Real-Time Chunking's guided stages are timed as the plain ones they replace.
+            name = stage.removesuffix('_rtc')
             gpu = probe.cuda and rec['kind'] == 'infer'
             if gpu:
                 # Had the GPU already run everything queued before this launch? (idle: starved)
-                rec['starved'].setdefault(stage, bool(self._events[previous_event[stage]]
-                                                      .query()))
-                probe.stage_events[stage][0].record()
+                rec['starved'].setdefault(name, bool(self._events[previous_event[name]]
+                                                     .query()))
+                probe.stage_events[name][0].record()
             start = time.perf_counter()
-            rec['marks'].setdefault(stage + '0', start)
+            rec['marks'].setdefault(name + '0', start)
             try:
                 return original_run_stage(self, stage, size)
             finally:
                 end = time.perf_counter()
                 if gpu:
-                    probe.stage_events[stage][1].record()
-                rec['seg']['launch_' + stage] += end - start
-                rec['marks'][stage + '1'] = end
+                    probe.stage_events[name][1].record()
+                rec['seg']['launch_' + name] += end - start
+                rec['marks'][name + '1'] = end
         Pi0Engine._run_stage = run_stage
 
         original_sync = torch.cuda.Stream.synchronize
