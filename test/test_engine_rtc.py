@@ -123,6 +123,22 @@ def test_guidance_weights_are_capped_at_the_first_step_and_symmetric_in_time():
     assert guidance_weights(10, 1.5).max() == np.float32(1.5)
 
 
+def test_plans_share_their_weights_computed_once_and_read_only():
+    # The weights are computed once per setting (each computation is many tiny torch calls,
+    # each a wait for the GIL beside busy threads) and shared, so nobody may change them.
+    first, _ = plan_guidance(RTCRequest(previous_chunk(0, 20), 3), DIMS, ACTION_DIM,
+                             RTCOptions())
+    second, _ = plan_guidance(RTCRequest(previous_chunk(1, 20), 3), DIMS, ACTION_DIM,
+                              RTCOptions())
+    other, _ = plan_guidance(RTCRequest(previous_chunk(1, 20), 4), DIMS, ACTION_DIM,
+                             RTCOptions())
+    assert second.weights is first.weights and second.guidance is first.guidance
+    assert other.weights is not first.weights and other.weights[3] > first.weights[3]
+    for array in (first.weights, first.guidance):
+        with pytest.raises(ValueError):
+            array[0] = 0.5
+
+
 def test_plan_pads_rows_and_action_dims_with_model_zeros():
     prev = previous_chunk(0, 12)
     plan, reason = plan_guidance(RTCRequest(prev, 2, execution_horizon=30), DIMS, ACTION_DIM,
