@@ -45,9 +45,9 @@ class GuidancePlan:
 # Both weight functions below are computed once per distinct argument tuple: each is a few
 # dozen tiny torch operations, and every torch call lets go of the GIL and waits to take it
 # back. With busy threads beside the inference thread (a fleet's executor and control thread)
-# each wait can last the interpreter's switch interval: measured on a 2-core CPU, one
-# plan_guidance took 1.3 ms alone and 59 ms beside two busy Python threads, per observation
-# of every guided call. The results are read-only arrays, shared by the calls that use them.
+# each wait can last the interpreter's switch interval: on a 2-core CPU one plan_guidance
+# took 0.34 ms alone and 54.5 ms beside two busy Python threads, per observation of every
+# guided call (benchmarks/gil_contention.py). The results are read-only, shared by the calls.
 _WEIGHT_CACHE_SIZE = 4096
 
 
