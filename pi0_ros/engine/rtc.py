@@ -43,11 +43,11 @@ class GuidancePlan:
 
 
 # Both weight functions below are computed once per distinct argument tuple: each is a few
-# dozen tiny torch operations, and every torch call lets go of the GIL and waits to take it
-# back. With busy threads beside the inference thread (a fleet's executor and control thread)
-# each wait can last the interpreter's switch interval: on a 2-core CPU one plan_guidance
-# took 0.34 ms alone and 54.5 ms beside two busy Python threads, per observation of every
-# guided call (benchmarks/gil_contention.py). The results are read-only, shared by the calls.
+# dozen tiny torch operations run from Python, and beside busy threads (a fleet's executor and
+# control thread) that work waits for the GIL again and again, up to the interpreter's switch
+# interval each time: on a 2-core CPU one plan_guidance took 0.34 ms alone and 54.5 ms beside
+# two busy Python threads, per observation of every guided call (benchmarks/gil_contention.py).
+# The results are read-only, shared by the calls.
 _WEIGHT_CACHE_SIZE = 4096
 
 
