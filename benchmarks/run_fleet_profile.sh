@@ -12,8 +12,8 @@
 #           (carry ['.whl', '.gpusoak', 'benchmarks/node_gap/wheels'])
 # Settings (environment): ARMS (8), MODES (rtc,blend), FLEET_ARGS ('--max-batch 4'),
 # DURATION (15 s recorded per run), PROFILE_AFTER (45 s from the fleet's start), PROFILE_S (10).
-# Out: $OUT/<mode>/fleet.json, fleet.png, pyspy.txt (folded stacks per thread, counts),
-# logs.tar.gz.
+# Out: $OUT/<mode>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per mode
+# fleet.json, fleet.png, pyspy.txt (raw stacks per thread, with counts), logs.tar.gz, <mode>.log.
 set -uo pipefail
 OUT="${OUT:-reports/fleet_profile}"
 mkdir -p "$OUT"
@@ -49,5 +49,11 @@ for mode in "${modes[@]}"; do
   wait "$bench"
   grep -v -i warn "$OUT/$mode.log" | tail -4
   tar czf "$OUT/$mode/logs.tar.gz" -C "$OUT/$mode" logs 2>/dev/null && rm -rf "$OUT/$mode/logs"
+done
+# The device tool returns at most 8 files: everything in one archive, the reports beside it.
+tar czf /tmp/fleet_profile.tar.gz -C "$OUT" . && mv /tmp/fleet_profile.tar.gz "$OUT/"
+for mode in "${modes[@]}"; do
+  find "$OUT/$mode" -type f ! -name fleet.json -delete
+  rm -f "$OUT/$mode.log"
 done
 echo "done at $SECONDS s"
