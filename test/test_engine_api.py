@@ -7,7 +7,7 @@ import torch
 
 from pi0_ros.engine import (EngineError, EngineOptions, InferenceResult, InputError, ModelDims,
                             NonFiniteOutputError, Pi0Engine)
-from pi0_ros.engine.engine import batch_buckets, prompt_buckets
+from pi0_ros.engine.engine import _camera_runs, batch_buckets, prompt_buckets
 
 DIMS = ModelDims.tiny()
 CPU = EngineOptions(device='cpu')
@@ -261,6 +261,15 @@ def test_buffers_keep_their_storage_across_calls():
     pi0.infer(observation(9, ((1080, 1920, 3), (10, 20, 3)))[0], state, 'release')
     pi0.infer_batch([(frames, state, 'grasp'), (frames, state, 'push', [1, 2])])
     assert pi0.buffer_pointers() == before
+
+
+def test_encoded_frames_are_copied_into_the_prefix_per_run_of_a_slots_cameras():
+    # (slot, cam) of the frames a call encodes, in their order: one copy per run of a slot's
+    # consecutive cameras, whose image tokens are adjacent in the prefix.
+    items = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2), (2, 1), (2, 2), (0, 1)]
+    assert list(_camera_runs(items)) == [(0, 3, 0, 0), (3, 4, 1, 0), (4, 5, 1, 2),
+                                         (5, 7, 2, 1), (7, 8, 0, 1)]
+    assert list(_camera_runs([])) == []
 
 
 def test_batch_equals_single_calls():

@@ -84,6 +84,16 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_rtc_guidance': ((max_batch, d.num_steps), torch.float32), '_rtc_velocity': chunk}
 
 
+def _camera_runs(items: list):
+    """Yield (first, last, slot, cam) per run of items [(slot, cam, ...)] with cam, cam + 1, ..."""
+    first = 0
+    for index in range(1, len(items) + 1):
+        if index == len(items) or items[index][0] != items[first][0] \
+                or items[index][1] != items[first][1] + index - first:
+            yield first, index, items[first][0], items[first][1]
+            first = index
+
+
 def batch_buckets(max_batch: int, chosen=()) -> list:
     """
     Return the static batch sizes: chosen, or every size to 8, multiples of 4, max_batch.
@@ -369,9 +379,9 @@ class Pi0Engine:
             # Frames decoded from ROS messages are read-only views; they are only read here.
             warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
             for index in range(start, stop):
-                frame = np.ascontiguousarray(pending[index][3])
+                frame = np.ascontiguousarray(pending[index][3]).reshape(-1)
                 self._device_frames[index, :frame.size].copy_(
-                    torch.from_numpy(frame).view(-1), non_blocking=self._is_cuda)
+                    torch.from_numpy(frame), non_blocking=self._is_cuda)
         if pipelined:
             compute.wait_stream(self._copy_stream)
 
@@ -725,9 +735,11 @@ class Pi0Engine:
             if start == 0:
                 preprocessed()
             self._run_stage('vision', stop - start)
-            for index, (slot, cam, _, _) in enumerate(pending[start:stop]):
-                self._prefix_embeds[slot, cam * tokens:(cam + 1) * tokens].copy_(
-                    self._vision_out[index])
+            # One copy per run of a slot's consecutive cameras (their image tokens are adjacent
+            # in the prefix): every launch from Python waits for the GIL on a busy host.
+            for first, last, slot, cam in _camera_runs(pending[start:stop]):
+                self._prefix_embeds[slot, cam * tokens:(cam + last - first) * tokens].copy_(
+                    self._vision_out[first:last].flatten(0, 1))
         if not pending:
             preprocessed()
 
