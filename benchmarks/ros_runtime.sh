@@ -1,7 +1,7 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 #
-# Sourced by the GPU scripts (benchmarks/run_h200_soak.sh, benchmarks/node_gap/diagnose.sh):
+# Sourced by the GPU scripts (run_h200_soak.sh, run_fleet.sh, node_gap/diagnose.sh, ...):
 # `ros_runtime ROOT` makes rclpy and pi0_ros.msg importable for $PYTHON.
 #
 # Here (.venv) they import already. The GPU machine has no ROS 2: the bundle's wheels
@@ -40,4 +40,16 @@ ros_runtime() {
   export LD_LIBRARY_PATH
   (cd "$root" && "$python" -c 'import rclpy; from pi0_ros.msg import ActionChunk') || return 1
   echo "ROS 2 runtime: installed from $bundle"
+}
+
+# `lerobot_ros_runtime ROOT`: what the fleet scripts (run_fleet.sh, run_fleet_profile.sh) need on
+# the GPU machine: the carried wheels (.whl: LeRobot and the transformers it was made for) in
+# /tmp/site ahead of ROOT on PYTHONPATH, Fast DDS on this host only, then ros_runtime.
+lerobot_ros_runtime() {
+  local root="$1"
+  "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site "$root"/.whl/*.whl || return 1
+  export PYTHONPATH="/tmp/site:$root" PYTHONUNBUFFERED=1
+  export RMW_IMPLEMENTATION=rmw_fastrtps_cpp ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+  ros_runtime "$root"
 }

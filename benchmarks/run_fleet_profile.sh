@@ -20,12 +20,8 @@ mkdir -p "$OUT"
 # shellcheck source=ros_runtime.sh
 source "$(dirname "${BASH_SOURCE[0]}")/ros_runtime.sh"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/pyspy benchmarks/node_gap/wheels/py_spy-*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
-export RMW_IMPLEMENTATION=rmw_fastrtps_cpp ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
-ros_runtime "$PWD" || exit 1
+lerobot_ros_runtime "$PWD" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 IFS=, read -ra modes <<< "${MODES:-rtc,blend}"
 for mode in "${modes[@]}"; do
