@@ -37,7 +37,7 @@ from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_sh
 from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
-from pi0_ros.qos import COMMAND_QOS, REPORT_QOS
+from pi0_ros.qos import COMMAND_QOS, NO_PUBLISHER_EVENTS, REPORT_QOS
 from pi0_ros.worker import InferenceWorker, WorkerState
 
 NODE_NAME = 'pi0_ros'
@@ -321,13 +321,15 @@ class Pi0ControlNode(LifecycleNode):
                                                   callback_group=reports))
         self._trajectory_pub = self.create_lifecycle_publisher(JointTrajectory,
                                                                'joint_trajectory', COMMAND_QOS)
-        self._chunk_pub = self.create_lifecycle_publisher(ActionChunk, '~/action_chunk',
-                                                          REPORT_QOS)
+        self._chunk_pub = self.create_lifecycle_publisher(
+            ActionChunk, '~/action_chunk', REPORT_QOS, event_callbacks=NO_PUBLISHER_EVENTS)
         # Status and diagnostics report in every configured state (inactive too), as a
         # diagnostics aggregator expects: plain publishers, not lifecycle ones.
-        self._status_pub = self.create_publisher(PolicyStatus, '~/status', REPORT_QOS)
+        self._status_pub = self.create_publisher(PolicyStatus, '~/status', REPORT_QOS,
+                                                 event_callbacks=NO_PUBLISHER_EVENTS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
-                                                      REPORT_QOS)
+                                                      REPORT_QOS,
+                                                      event_callbacks=NO_PUBLISHER_EVENTS)
         self._control_timer = self.create_timer(period, self.control_timer_callback,
                                                 callback_group=output)
         chunk_arrived = self.create_guard_condition(self.chunk_arrived_callback,

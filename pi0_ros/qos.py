@@ -13,7 +13,7 @@ publisher, and `AnyPublisherSubscription` passes each message on once.
 """
 from collections import deque
 
-from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_policy_name_from_kind,
                        qos_profile_sensor_data, QoSProfile, ReliabilityPolicy)
 
@@ -27,6 +27,13 @@ VOLATILE_RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                                durability=DurabilityPolicy.VOLATILE)
 VOLATILE_BEST_EFFORT = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT,
                                   durability=DurabilityPolicy.VOLATILE)
+# No QoS event handlers (rclpy makes two per publisher and subscription by default, to warn of an
+# incompatible QoS or type). Each handler is a waitable that every wait of the executor adds,
+# counts and checks: with a fleet's robots on one executor they were most of its work per
+# message (benchmarks/executor_scaling.py). For subscriptions that some publishers cannot match
+# by design, and for report publishers, whose subscribers warn of a mismatch on their side.
+NO_SUBSCRIPTION_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
+NO_PUBLISHER_EVENTS = PublisherEventCallbacks(use_default_callbacks=False)
 
 
 def sensor_qos(reliability):
@@ -58,7 +65,8 @@ class AnyPublisherSubscription:
     best-effort subscription (for a topic whose order matters, like the instruction: a message a
     best-effort reader lost could arrive later through another one). The callbacks must share a
     mutually exclusive `callback_group`. `incompatible` (event callbacks) goes to the most
-    permissive subscription: a publisher that it cannot match is heard by none.
+    permissive subscription: a publisher that it cannot match is heard by none. The stricter ones
+    have no event handlers.
     """
 
     REMEMBERED = 64  # recent messages recognized as duplicates
@@ -69,8 +77,8 @@ class AnyPublisherSubscription:
         self._seen = deque(maxlen=self.REMEMBERED)
         profiles = [LATCHED, VOLATILE_RELIABLE] + ([VOLATILE_BEST_EFFORT] if best_effort else [])
         # A publisher is incompatible with the stricter ones by design: no warning for that.
-        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda info: None)
-        events = [quiet] * (len(profiles) - 1) + [incompatible or quiet]
+        events = [NO_SUBSCRIPTION_EVENTS] * (len(profiles) - 1) \
+            + [incompatible or NO_SUBSCRIPTION_EVENTS]
         self.subscriptions = [
             node.create_subscription(msg_type, topic, self._on_message, profile,
                                      callback_group=callback_group, event_callbacks=event)

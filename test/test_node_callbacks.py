@@ -582,3 +582,24 @@ def test_a_configure_whose_interfaces_cannot_be_made_fails_with_the_reason(node,
     assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
     assert any('topic name must not contain a space' in message for message in logged)
     assert node._worker is None
+
+
+def test_only_topics_whose_mismatch_this_node_must_report_have_qos_event_handlers(node):
+    # Each QoS event handler is a waitable that every wait of the executor handles (a fleet's
+    # executor serves every robot's): the node keeps those whose warning only it can give.
+    handlers = {}
+    for subscription in node.subscriptions:
+        handlers.setdefault(subscription.topic_name, []).append(
+            len(subscription.event_handlers))
+    # Every input topic: one subscription (the most permissive) reports a publisher it cannot
+    # hear, and one of another type; the stricter ones of a command topic report nothing.
+    assert len(handlers) == 6, handlers
+    for topic, counts in handlers.items():
+        assert sorted(counts) == [0] * (len(counts) - 1) + [2], (topic, counts)
+    published = {publisher.topic_name: len(publisher.event_handlers)
+                 for publisher in node.publishers}
+    # Commands: rclpy's warnings; reports: none (their subscribers warn of a mismatch).
+    assert published['/joint_trajectory'] == 2
+    reports = [topic for topic in published if topic.endswith(('/status', '/action_chunk'))]
+    assert len(reports) == 2 and published['/diagnostics'] == 0, published
+    assert all(published[topic] == 0 for topic in reports), published

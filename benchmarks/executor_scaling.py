@@ -1,0 +1,236 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+A fleet's input executor against the robots it serves: QoS event handlers and executors (CPU).
+
+rclpy's executors rebuild their wait set from every entity of every node they spin on each wait,
+and check each ready waitable (a QoS event handler is one) against the list of all of them: the
+work per message grows with the robots one executor serves. This runs N stand-in robot nodes,
+each with a configured Pi0ControlNode's subscriptions (9), timers (2), services (13) and
+publishers (5), fed from another process as the fleet benchmark feeds its arms (three cameras at
+30 Hz and joint states at 200 Hz per robot; small frames: the cost measured is per message, not
+per byte). Modes, executor/handlers:
+
+- executor `shared`: one SingleThreadedExecutor for every robot's node (as pi0_ros.fleet);
+  `per_robot`: one per robot, each on its own thread;
+- handlers `all`: rclpy's default QoS event handlers on every publisher and subscription (28 per
+  robot: the node before pi0_ros.qos.NO_SUBSCRIPTION_EVENTS); `node`: those the node makes now
+  (16); `none`: none (what the executor costs without them).
+
+Per mode and N: the messages received per second against those sent, the delay from a message's
+header stamp to its callback (p50/p99), the process's CPU seconds per second, and how long a
+thread that sleeps 1 ms at a time (as the inference thread waits on the GPU) waits beyond it
+(p50/p99; about 0.1 ms with nothing else running): what every Python step of the fleet's
+inference and control threads loses to the GIL.
+
+    python benchmarks/executor_scaling.py --arms 1,4,8 --seconds 10 --json executor_scaling.json
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode
+from sensor_msgs.msg import Image, JointState
+from rclpy.qos import qos_profile_sensor_data
+from std_msgs.msg import Bool, String
+from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory
+
+from pi0_ros.qos import (LATCHED, NO_PUBLISHER_EVENTS, NO_SUBSCRIPTION_EVENTS, VOLATILE_BEST_EFFORT,
+                         VOLATILE_RELIABLE, warn_incompatible_publishers)
+
+CAMERAS = ('camera1', 'camera2', 'camera3')
+SWITCH_INTERVAL_S = 0.0002  # as pi0_ros.node.main and pi0_ros.fleet.main set it
+
+
+class StandInRobot(LifecycleNode):
+    """
+    A node with a configured Pi0ControlNode's entities; its callbacks record delays.
+
+    handlers 'node': the QoS event handlers the control node makes (pi0_ros.qos: none on the
+    stricter command subscriptions and on the report publishers); 'all': rclpy's defaults on
+    every publisher and subscription (the node before this benchmark's commit); 'none': none.
+    """
+
+    def __init__(self, name, context, handlers):
+        super().__init__('pi0_control', namespace=name, context=context)
+        self.delays = []
+        logger = self.get_logger()
+        quiet = {} if handlers == 'all' else {'event_callbacks': NO_SUBSCRIPTION_EVENTS}
+        warn = (lambda topic: quiet) if handlers != 'node' else (
+            lambda topic: {'event_callbacks': warn_incompatible_publishers(logger, topic, 5.0)})
+        for topic in CAMERAS:
+            self.create_subscription(Image, f'{topic}/image_raw', self._on_stamped,
+                                     qos_profile_sensor_data, **warn(topic))
+        self.create_subscription(JointState, 'joint_states', self._on_stamped,
+                                 qos_profile_sensor_data, **warn('joint_states'))
+        # The instruction and the e-stop as AnyPublisherSubscription makes them (2 and 3).
+        for topic, kind, profiles in (('instruction', String, (LATCHED, VOLATILE_RELIABLE)),
+                                      ('pi0_ros/estop', Bool, (LATCHED, VOLATILE_RELIABLE,
+                                                               VOLATILE_BEST_EFFORT))):
+            for index, profile in enumerate(profiles):
+                events = warn(topic) if index == len(profiles) - 1 else quiet
+                self.create_subscription(kind, topic, lambda msg: None, profile, **events)
+        report = {} if handlers == 'all' else {'event_callbacks': NO_PUBLISHER_EVENTS}
+        command = {} if handlers != 'none' else report
+        self.create_publisher(JointTrajectory, 'joint_trajectory', 1, **command)
+        for topic in ('pi0_ros/action_chunk', 'pi0_ros/status', '/diagnostics'):
+            self.create_publisher(String, topic, 10, **report)
+        self.create_service(SetBool, 'pi0_ros/enable', lambda request, response: response)
+        self.create_timer(0.2, lambda: None)
+        self.create_timer(0.5, lambda: None)
+
+    def _on_stamped(self, msg):
+        now = time.time()
+        self.delays.append(now - (msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9))
+
+    def entity_counts(self):
+        return {kind: len(list(getattr(self, kind))) for kind in
+                ('subscriptions', 'timers', 'services', 'publishers', 'waitables')}
+
+
+def feed(arms, camera_rate, joint_rate, width, height):
+    """Publish every robot's cameras and joint states until killed (the feeder process)."""
+    rclpy.init()
+    node = rclpy.create_node('feeder')
+    names = [f'arm{i + 1}' for i in range(arms)]
+    cameras = [[node.create_publisher(Image, f'/{n}/{c}/image_raw', 5) for c in CAMERAS]
+               for n in names]
+    joints = [node.create_publisher(JointState, f'/{n}/joint_states', 5) for n in names]
+    image = Image(width=width, height=height, encoding='rgb8', step=width * 3,
+                  data=bytes(width * height * 3))
+    state = JointState(name=[f'j{i}' for i in range(6)], position=[0.0] * 6)
+    start = time.monotonic()
+    tick = camera_ticks = 0
+    while True:
+        stamp = node.get_clock().now().to_msg()
+        state.header.stamp = stamp
+        for publisher in joints:
+            publisher.publish(state)
+        if tick * camera_rate >= camera_ticks * joint_rate:
+            camera_ticks += 1
+            image.header.stamp = stamp
+            for robot in cameras:
+                for publisher in robot:
+                    publisher.publish(image)
+        tick += 1
+        time.sleep(max(0.0, start + tick / joint_rate - time.monotonic()))
+
+
+def process_cpu_s():
+    """CPU seconds of this process (user + system)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def gil_probe(stop, waits):
+    """Sleep 1 ms at a time; record how much longer than 1 ms each sleep took (s)."""
+    while not stop.is_set():
+        start = time.perf_counter()
+        time.sleep(0.001)
+        waits.append(time.perf_counter() - start - 0.001)
+
+
+def measure(mode, arms, seconds, rates):
+    """Spin `arms` stand-in robots in `mode`; return the figures of `seconds` of feeding."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor_kind, handlers = mode.split('/')
+    robots = [StandInRobot(f'arm{i + 1}', context, handlers) for i in range(arms)]
+    if executor_kind == 'shared':
+        executors = [SingleThreadedExecutor(context=context)]
+        for robot in robots:
+            executors[0].add_node(robot)
+    else:
+        executors = []
+        for robot in robots:
+            executors.append(SingleThreadedExecutor(context=context))
+            executors[-1].add_node(robot)
+    threads = [threading.Thread(target=executor.spin, daemon=True) for executor in executors]
+    for thread in threads:
+        thread.start()
+    feeder = subprocess.Popen([sys.executable, __file__, '--feed', str(arms)])
+    try:
+        time.sleep(3.0)  # discovery
+        for robot in robots:
+            robot.delays.clear()
+        stop, waits = threading.Event(), []
+        probe = threading.Thread(target=gil_probe, args=(stop, waits), daemon=True)
+        cpu_start, wall_start = process_cpu_s(), time.monotonic()
+        probe.start()
+        time.sleep(seconds)
+        stop.set()
+        probe.join()
+        wall = time.monotonic() - wall_start
+        cpu = process_cpu_s() - cpu_start
+        delays = np.concatenate([np.asarray(robot.delays) for robot in robots]) * 1e3
+        received = sum(len(robot.delays) for robot in robots)
+    finally:
+        feeder.kill()
+        feeder.wait()
+        for executor in executors:
+            executor.shutdown(timeout_sec=1.0)
+        for thread in threads:
+            thread.join(timeout=2.0)
+        counts = robots[0].entity_counts()
+        for robot in robots:
+            robot.destroy_node()
+        rclpy.shutdown(context=context)
+    sent = arms * (len(CAMERAS) * rates[0] + rates[1]) * wall
+    waits = np.asarray(waits) * 1e3
+    return {'mode': mode, 'arms': arms, 'executor_threads': len(executors),
+            'entities_per_robot': counts,
+            'received_per_s': round(received / wall, 1), 'sent_per_s': round(sent / wall, 1),
+            'received_fraction': round(received / sent, 3),
+            'delay_p50_ms': round(float(np.percentile(delays, 50)), 3),
+            'delay_p99_ms': round(float(np.percentile(delays, 99)), 3),
+            'process_cpu_s_per_s': round(cpu / wall, 3),
+            'probe_gil_wait_p50_ms': round(float(np.percentile(waits, 50)), 3),
+            'probe_gil_wait_p99_ms': round(float(np.percentile(waits, 99)), 3)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument('--arms', default='1,4,8', help='robot counts')
+    parser.add_argument('--modes', default='shared/all,shared/node,per_robot/node',
+                        help='executor/handlers: shared or per_robot / all, node or none')
+    parser.add_argument('--seconds', type=float, default=10.0, help='measured per run')
+    parser.add_argument('--camera-rate', type=float, default=30.0)
+    parser.add_argument('--joint-rate', type=float, default=200.0)
+    parser.add_argument('--width', type=int, default=64)
+    parser.add_argument('--height', type=int, default=48)
+    parser.add_argument('--switch-interval', type=float, default=SWITCH_INTERVAL_S,
+                        help='sys.setswitchinterval (s)')
+    parser.add_argument('--json', default='')
+    parser.add_argument('--feed', type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.feed:
+        feed(args.feed, args.camera_rate, args.joint_rate, args.width, args.height)
+        return 0
+    sys.setswitchinterval(args.switch_interval)
+    runs = []
+    for arms in [int(n) for n in args.arms.split(',')]:
+        for mode in args.modes.split(','):
+            runs.append(measure(mode, arms, args.seconds, (args.camera_rate, args.joint_rate)))
+            print(json.dumps(runs[-1]), flush=True)
+    report = {'command': 'python benchmarks/executor_scaling.py '
+                         + ' '.join(argv if argv is not None else sys.argv[1:]),
+              'python': platform.python_version(), 'cpus': os.cpu_count(),
+              'switch_interval_s': args.switch_interval, 'frame': [args.width, args.height],
+              'camera_rate': args.camera_rate, 'joint_rate': args.joint_rate, 'runs': runs}
+    if args.json:
+        with open(args.json, 'w') as stream:
+            json.dump(report, stream, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
