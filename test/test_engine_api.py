@@ -251,6 +251,24 @@ def test_language_cache_counts_and_matches_uncached():
     assert pi0.stats['calls'] == 3
 
 
+def test_warmup_resizes_a_frame_of_the_largest_size_and_leaves_no_trace(monkeypatch):
+    # The resize kernel compiles on its first launch: warm-up makes it, not the first frames.
+    pi0 = make_engine(max_frame_height=240, max_frame_width=320)
+    prepared = []
+    prepare = pi0._prepare_pixels
+    monkeypatch.setattr(pi0, '_prepare_pixels',
+                        lambda sizes, offset=0: prepared.append(sizes) or prepare(sizes, offset))
+    frames, state, noise = observation(3)
+    before = pi0.infer(frames, state, 'grasp', frame_keys=[1, 2], noise=noise).actions
+    pi0.warmup()
+    assert prepared[1] == [(240, 320)], prepared
+    # Warm-up changes no cached frame: the same observation (its frames from the cache) gives
+    # the same chunk.
+    after = pi0.infer(frames, state, 'grasp', frame_keys=[1, 2], noise=noise)
+    assert after.vision_cache_hits == 2
+    np.testing.assert_array_equal(after.actions, before)
+
+
 def test_buffers_keep_their_storage_across_calls():
     pi0 = make_engine(max_batch=2)
     pi0.warmup()

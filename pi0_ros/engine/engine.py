@@ -500,9 +500,16 @@ class Pi0Engine:
         return dict(self._stats)
 
     def warmup(self) -> None:
-        """Run every batch bucket once (captures CUDA graphs on GPU; call on the infer thread)."""
+        """
+        Run every batch bucket once (captures CUDA graphs on GPU; call on the infer thread).
+
+        Also resizes one frame of the largest size: the Triton resize kernel compiles on its
+        first launch (about 0.5 s on a machine whose Triton cache is empty), which would
+        otherwise delay the first frames.
+        """
         self._check_open()
         with self._lock, torch.inference_mode():
+            self._prepare_pixels([(self.options.max_frame_height, self.options.max_frame_width)])
             for bucket in self._buckets:
                 for count in range(1, bucket * self.num_cameras + 1) if self._use_graphs \
                         else [bucket * self.num_cameras]:
