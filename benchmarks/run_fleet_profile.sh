@@ -12,8 +12,10 @@
 #           (carry ['.whl', '.gpusoak', 'benchmarks/node_gap/wheels'])
 # Settings (environment): ARMS (8), MODES (rtc,blend), FLEET_ARGS ('--max-batch 4'),
 # DURATION (15 s recorded per run), PROFILE_AFTER (45 s from the fleet's start), PROFILE_S (10).
-# Out: $OUT/<mode>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per mode
-# fleet.json, fleet.png, pyspy.txt (raw stacks per thread, with counts), logs.tar.gz, <mode>.log.
+# A mode is a chunk hand-over, optionally with another parameter of every node after a slash:
+# MODES=blend,blend/gil_switch_interval:=0.00005 (run folder blend_gil_switch_interval_0.00005).
+# Out: $OUT/<run>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per run
+# fleet.json, fleet.png, pyspy.txt (raw stacks per thread, with counts), logs.tar.gz, <run>.log.
 set -uo pipefail
 OUT="${OUT:-reports/fleet_profile}"
 mkdir -p "$OUT"
@@ -23,14 +25,20 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/pyspy benchmarks/node_gap/wheels/py_spy-*.whl || exit 1
 lerobot_ros_runtime "$PWD" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-IFS=, read -ra modes <<< "${MODES:-rtc,blend}"
-for mode in "${modes[@]}"; do
+IFS=, read -ra entries <<< "${MODES:-rtc,blend}"
+runs=()
+for entry in "${entries[@]}"; do
+  handover="${entry%%/*}"
+  extra=()
+  [ "$entry" != "$handover" ] && extra=(--node-parameter "${entry#*/}")
+  mode="$(echo "$entry" | sed 's#/#_#g; s#:=#_#g')"
+  runs+=("$mode")
   echo "== $mode: ${ARMS:-8} arms, ${FLEET_ARGS:---max-batch 4}"
   # shellcheck disable=SC2086
   timeout --signal=INT --kill-after=20 170 python3 -m pi0_ros.tools.fleet_bench \
     --arms "${ARMS:-8}" --duration "${DURATION:-15}" --device cuda --random-model full \
-    --precision bf16 --output "$OUT/$mode" --node-parameter "chunk_handover:=$mode" \
-    ${FLEET_ARGS:---max-batch 4} > "$OUT/$mode.log" 2>&1 &
+    --precision bf16 --output "$OUT/$mode" --node-parameter "chunk_handover:=$handover" \
+    "${extra[@]}" ${FLEET_ARGS:---max-batch 4} > "$OUT/$mode.log" 2>&1 &
   bench=$!
   mkdir -p "$OUT/$mode"
   sleep "${PROFILE_AFTER:-45}"
@@ -48,7 +56,7 @@ for mode in "${modes[@]}"; do
 done
 # The device tool returns at most 8 files: everything in one archive, the reports beside it.
 tar czf /tmp/fleet_profile.tar.gz -C "$OUT" . && mv /tmp/fleet_profile.tar.gz "$OUT/"
-for mode in "${modes[@]}"; do
+for mode in "${runs[@]}"; do
   find "$OUT/$mode" -type f ! -name fleet.json -delete
   rm -f "$OUT/$mode.log"
 done

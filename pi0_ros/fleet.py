@@ -35,6 +35,9 @@ from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 
 FLEET_NODE_NAME = 'pi0_fleet'
+# The GIL switch interval of pi0_ros.node.main (the control thread's GIL waits), unless the
+# fleet's gil_switch_interval says otherwise.
+DEFAULT_SWITCH_INTERVAL_S = 0.0002
 # Settings every robot sharing the engine must agree on (the engine is built from them).
 ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision', 'device',
                    'prefix_fp8_layers', 'max_image_height', 'max_image_width',
@@ -164,6 +167,10 @@ def _declare_fleet_parameters(node):
                     'and less GPU memory, fewer chunks per robot)'))
     node.declare_parameter('gpu_memory_budget', 0.0, ParameterDescriptor(
         description='GiB of GPU memory the engine may use; 0 = the memory free when it loads'))
+    node.declare_parameter('gil_switch_interval', DEFAULT_SWITCH_INTERVAL_S, ParameterDescriptor(
+        description='Seconds a Python thread may hold the GIL while another waits for it '
+                    '(sys.setswitchinterval; 1e-5..0.005): shorter, and the inference and '
+                    'control threads wait less behind the busy executor', read_only=True))
 
 
 def start_control_thread(fleet, nodes, group):
@@ -203,7 +210,7 @@ def read_robots(node):
 
 def main(args=None):
     """Run one control node per robot on one engine; exit code 1 if no robot can start."""
-    sys.setswitchinterval(0.0002)  # as pi0_ros.node.main (the control threads' GIL waits)
+    sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
     rclpy.init(args=args)
     fleet = executor = control = None
     nodes = []
@@ -216,6 +223,10 @@ def main(args=None):
             batch_wait = float(fleet.get_parameter('batch_wait').value)
             budget = float(fleet.get_parameter('gpu_memory_budget').value)
             max_batch = int(fleet.get_parameter('max_batch').value)
+            switch_interval = float(fleet.get_parameter('gil_switch_interval').value)
+            if not 1e-5 <= switch_interval <= 0.005:
+                raise ParameterError('gil_switch_interval', switch_interval, 'needs 1e-5..0.005 s')
+            sys.setswitchinterval(switch_interval)  # before the worker and control threads
             if not 0.0 <= batch_wait <= 1.0 or budget < 0.0:
                 raise ParameterError('batch_wait', batch_wait,
                                      'needs 0..1 s (and gpu_memory_budget >= 0)')

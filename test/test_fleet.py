@@ -180,3 +180,11 @@ def test_robots_share_the_engine_only_with_the_same_engine_settings():
     # Calls of one observation per robot by default; fewer where max_batch says (turns).
     assert [SharedEngine(['a', 'b', 'c'], batch_wait_s=0.0, gpu_memory_budget_gib=0.0,
                          logger=None, max_batch=n).max_batch for n in (0, 2, 9)] == [3, 2, 3]
+
+
+@pytest.mark.integration
+def test_a_gil_switch_interval_out_of_range_stops_the_fleet_with_a_message(start_process):
+    process = start_process('pi0_ros.fleet', parameters={**FLEET_PARAMETERS,
+                                                         'gil_switch_interval': 0.5})
+    assert process.wait(timeout=30.0) == 1
+    assert "'gil_switch_interval' = 0.5: needs 1e-5..0.005 s" in process.output()
