@@ -29,9 +29,10 @@ VOLATILE_BEST_EFFORT = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_E
                                   durability=DurabilityPolicy.VOLATILE)
 # No QoS event handlers (rclpy makes two per publisher and subscription by default, to warn of an
 # incompatible QoS or type). Each handler is a waitable that every wait of the executor adds,
-# counts and checks: with a fleet's robots on one executor they were most of its work per
-# message (benchmarks/executor_scaling.py). For subscriptions that some publishers cannot match
-# by design, and for report publishers, whose subscribers warn of a mismatch on their side.
+# counts and checks: with 4 robots' nodes on one executor, rclpy's handlers were a third of its
+# CPU time (benchmarks/executor_scaling.py, record executor-scaling-cpu). For subscriptions that
+# some publishers cannot match by design, and for report publishers, whose subscribers warn of a
+# mismatch on their side.
 NO_SUBSCRIPTION_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
 NO_PUBLISHER_EVENTS = PublisherEventCallbacks(use_default_callbacks=False)
 
