@@ -139,7 +139,7 @@ def gil_probe(stop, waits):
         waits.append(time.perf_counter() - start - 0.001)
 
 
-def measure(mode, arms, seconds, rates):
+def measure(mode, arms, seconds, args):
     """Spin `arms` stand-in robots in `mode`; return the figures of `seconds` of feeding."""
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -157,7 +157,10 @@ def measure(mode, arms, seconds, rates):
     threads = [threading.Thread(target=executor.spin, daemon=True) for executor in executors]
     for thread in threads:
         thread.start()
-    feeder = subprocess.Popen([sys.executable, __file__, '--feed', str(arms)])
+    feeder = subprocess.Popen([sys.executable, __file__, '--feed', str(arms),
+                               '--camera-rate', str(args.camera_rate),
+                               '--joint-rate', str(args.joint_rate),
+                               '--width', str(args.width), '--height', str(args.height)])
     try:
         time.sleep(3.0)  # discovery
         for robot in robots:
@@ -184,7 +187,7 @@ def measure(mode, arms, seconds, rates):
         for robot in robots:
             robot.destroy_node()
         rclpy.shutdown(context=context)
-    sent = arms * (len(CAMERAS) * rates[0] + rates[1]) * wall
+    sent = arms * (len(CAMERAS) * args.camera_rate + args.joint_rate) * wall
     waits = np.asarray(waits) * 1e3
     return {'mode': mode, 'arms': arms, 'executor_threads': len(executors),
             'entities_per_robot': counts,
@@ -219,7 +222,7 @@ def main(argv=None):
     runs = []
     for arms in [int(n) for n in args.arms.split(',')]:
         for mode in args.modes.split(','):
-            runs.append(measure(mode, arms, args.seconds, (args.camera_rate, args.joint_rate)))
+            runs.append(measure(mode, arms, args.seconds, args))
             print(json.dumps(runs[-1]), flush=True)
     report = {'command': 'python benchmarks/executor_scaling.py '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
