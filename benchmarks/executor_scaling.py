@@ -38,8 +38,8 @@ import numpy as np
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode
-from sensor_msgs.msg import Image, JointState
 from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
@@ -145,15 +145,11 @@ def measure(mode, arms, seconds, args):
     rclpy.init(context=context)
     executor_kind, handlers = mode.split('/')
     robots = [StandInRobot(f'arm{i + 1}', context, handlers) for i in range(arms)]
-    if executor_kind == 'shared':
-        executors = [SingleThreadedExecutor(context=context)]
-        for robot in robots:
-            executors[0].add_node(robot)
-    else:
-        executors = []
-        for robot in robots:
-            executors.append(SingleThreadedExecutor(context=context))
-            executors[-1].add_node(robot)
+    served = [robots] if executor_kind == 'shared' else [[robot] for robot in robots]
+    executors = [SingleThreadedExecutor(context=context) for _ in served]
+    for executor, nodes in zip(executors, served):
+        for robot in nodes:
+            executor.add_node(robot)
     threads = [threading.Thread(target=executor.spin, daemon=True) for executor in executors]
     for thread in threads:
         thread.start()

@@ -30,14 +30,12 @@ from rclpy.validate_namespace import validate_namespace
 
 from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
                                ThreadBoundCallbackGroup)
-from pi0_ros.node import build_engine, close_nodes, engine_options, Pi0ControlNode
+from pi0_ros.node import (build_engine, close_nodes, engine_options, Pi0ControlNode,
+                          SWITCH_INTERVAL_S)
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 
 FLEET_NODE_NAME = 'pi0_fleet'
-# The GIL switch interval of pi0_ros.node.main (the control thread's GIL waits), unless the
-# fleet's gil_switch_interval says otherwise.
-DEFAULT_SWITCH_INTERVAL_S = 0.0002
 # Settings every robot sharing the engine must agree on (the engine is built from them).
 ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision', 'device',
                    'prefix_fp8_layers', 'max_image_height', 'max_image_width',
@@ -167,7 +165,7 @@ def _declare_fleet_parameters(node):
                     'and less GPU memory, fewer chunks per robot)'))
     node.declare_parameter('gpu_memory_budget', 0.0, ParameterDescriptor(
         description='GiB of GPU memory the engine may use; 0 = the memory free when it loads'))
-    node.declare_parameter('gil_switch_interval', DEFAULT_SWITCH_INTERVAL_S, ParameterDescriptor(
+    node.declare_parameter('gil_switch_interval', SWITCH_INTERVAL_S, ParameterDescriptor(
         description='Seconds a Python thread may hold the GIL while another waits for it '
                     '(sys.setswitchinterval; 1e-5..0.005): shorter, and the inference and '
                     'control threads wait less behind the busy executor', read_only=True))
@@ -210,7 +208,6 @@ def read_robots(node):
 
 def main(args=None):
     """Run one control node per robot on one engine; exit code 1 if no robot can start."""
-    sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
     rclpy.init(args=args)
     fleet = executor = control = None
     nodes = []

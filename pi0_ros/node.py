@@ -41,6 +41,12 @@ from pi0_ros.qos import COMMAND_QOS, NO_PUBLISHER_EVENTS, REPORT_QOS
 from pi0_ros.worker import InferenceWorker, WorkerState
 
 NODE_NAME = 'pi0_ros'
+# The GIL is handed over sooner than Python's 5 ms (sys.setswitchinterval): the control thread,
+# which the OS runs at once (real-time priority), waits at most about this long for the GIL held
+# by the inference or the executor thread, at wake-up and while it computes a tick. Measured on 2
+# cores with CPU inference: 0.2 ms gave a node p99 period jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms
+# 1.6-1.8 ms (benchmarks/RESULTS.md: control-rate-cpu).
+SWITCH_INTERVAL_S = 0.0002
 # With publish_on_chunk, a chunk that arrives less than this before the next control tick waits
 # for that tick: an extra command would gain less than it costs.
 CHUNK_TICK_MIN_LEAD_S = 0.002
@@ -863,12 +869,7 @@ class Pi0ControlNode(LifecycleNode):
 
 def main(args=None):
     """Run the control node; exit code 1 if it cannot be configured."""
-    # Hand the GIL over sooner (default 5 ms): the control thread, which the OS runs at once
-    # (real-time priority), waits at most about this long for the GIL held by the inference or
-    # the executor thread, at wake-up and while it computes a tick. Measured on 2 cores with CPU
-    # inference: 0.2 ms gave a node p99 period jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms 1.6-1.8 ms
-    # (benchmarks/RESULTS.md: control-rate-cpu).
-    sys.setswitchinterval(0.0002)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     rclpy.init(args=args)
     node = executor = None
     exit_code = 0

@@ -760,12 +760,12 @@ class Runner:
             parameters[name] = value
         self.summary['node_parameters'] = parameters
         self.probe.install()
-        sys.setswitchinterval(0.0002)  # as pi0_ros.node.main
         import rclpy
         from rclpy.lifecycle import TransitionCallbackReturn
 
         from pi0_ros.executors import make_executor
-        from pi0_ros.node import Pi0ControlNode
+        from pi0_ros.node import Pi0ControlNode, SWITCH_INTERVAL_S
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # as pi0_ros.node.main
         self.rclpy = rclpy
         rclpy.init(args=['node_gap_probe'] + ros_args(parameters))
         self.node = Pi0ControlNode()
