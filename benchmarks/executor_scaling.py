@@ -9,19 +9,25 @@ work per message grows with the robots one executor serves. This runs N stand-in
 each with a configured Pi0ControlNode's subscriptions (9), timers (2), services (13) and
 publishers (5), fed from another process as the fleet benchmark feeds its arms (three cameras at
 30 Hz and joint states at 200 Hz per robot; small frames: the cost measured is per message, not
-per byte). Modes, executor/handlers:
+per byte). Modes, executor/handlers[/control]:
 
 - executor `shared`: one SingleThreadedExecutor for every robot's node (as pi0_ros.fleet);
   `per_robot`: one per robot, each on its own thread;
 - handlers `all`: rclpy's default QoS event handlers on every publisher and subscription (28 per
   robot: the node before pi0_ros.qos.NO_SUBSCRIPTION_EVENTS); `node`: those the node makes now
-  (16); `none`: none (what the executor costs without them).
+  (16); `none`: none (what the executor costs without them);
+- control (optional; none without it): every robot's control timer at --control-rate on one
+  control thread, as pi0_ros.fleet runs them, each tick publishing a two-point JointTrajectory.
+  `each`: a timer per robot node (the fleet before SharedControlTimers), their phases spread over
+  the period as the robots' configure transitions, one after another, spread them; `shared`: one
+  timer per period on a node of its own (pi0_ros.executors.SharedControlTimers).
 
 Per mode and N: the messages received per second against those sent, the delay from a message's
 header stamp to its callback (p50/p99), the process's CPU seconds per second, and how long a
 thread that sleeps 1 ms at a time (as the inference thread waits on the GPU) waits beyond it
 (p50/p99; about 0.1 ms with nothing else running): what every Python step of the fleet's
-inference and control threads loses to the GIL.
+inference and control threads loses to the GIL. With control timers also: the control thread's
+CPU seconds per second, the ticks per second of all robots and the p99 of a robot's tick interval.
 
     python benchmarks/executor_scaling.py --arms 1,4,8 --seconds 10 --json executor_scaling.json
 """
@@ -42,8 +48,9 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
-from trajectory_msgs.msg import JointTrajectory
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from pi0_ros.executors import CallbackGroupThread, SharedControlTimers, ThreadBoundCallbackGroup
 from pi0_ros.qos import (LATCHED, NO_PUBLISHER_EVENTS, NO_SUBSCRIPTION_EVENTS, VOLATILE_BEST_EFFORT,
                          VOLATILE_RELIABLE, warn_incompatible_publishers)
 
@@ -81,12 +88,21 @@ class StandInRobot(LifecycleNode):
                 self.create_subscription(kind, topic, lambda msg: None, profile, **events)
         report = {} if handlers == 'all' else {'event_callbacks': NO_PUBLISHER_EVENTS}
         command = {} if handlers != 'none' else report
-        self.create_publisher(JointTrajectory, 'joint_trajectory', 1, **command)
+        self.trajectory = self.create_publisher(JointTrajectory, 'joint_trajectory', 1, **command)
+        self.ticks = []
         for topic in ('pi0_ros/action_chunk', 'pi0_ros/status', '/diagnostics'):
             self.create_publisher(String, topic, 10, **report)
         self.create_service(SetBool, 'pi0_ros/enable', lambda request, response: response)
         self.create_timer(0.2, lambda: None)
         self.create_timer(0.5, lambda: None)
+
+    def control_tick(self):
+        """Publish a two-point trajectory, as a control tick does; record the tick's time."""
+        self.ticks.append(time.monotonic())
+        msg = JointTrajectory(joint_names=[f'j{i}' for i in range(6)])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.points = [JointTrajectoryPoint(positions=[0.1 * k] * 6) for k in range(2)]
+        self.trajectory.publish(msg)
 
     def _on_stamped(self, msg):
         now = time.time()
@@ -125,6 +141,31 @@ def feed(arms, camera_rate, joint_rate, width, height):
         time.sleep(max(0.0, start + tick / joint_rate - time.monotonic()))
 
 
+def thread_cpu_s(native_id):
+    """CPU seconds of one thread of this process (user + system)."""
+    with open(f'/proc/self/task/{native_id}/stat') as stream:
+        fields = stream.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def start_control(mode, robots, context, rate):
+    """Start the robots' control timers on one thread (mode each or shared); return it."""
+    group = ThreadBoundCallbackGroup()
+    if mode == 'each':
+        for robot in robots:  # a robot's timer keeps the phase of its configure: spread them
+            robot.create_timer(1.0 / rate, robot.control_tick, callback_group=group)
+            time.sleep(1.0 / rate / len(robots))
+        served = robots
+    else:
+        served = LifecycleNode('fleet', context=context)
+        timers = SharedControlTimers(served, group)
+        for robot in robots:
+            timers.create_timer(1.0 / rate, robot.control_tick, robot.get_clock())
+    thread = CallbackGroupThread(served, group, name='control', rescan_s=0.5)
+    thread.start()
+    return thread
+
+
 def process_cpu_s():
     """CPU seconds of this process (user + system)."""
     times = os.times()
@@ -143,8 +184,10 @@ def measure(mode, arms, seconds, args):
     """Spin `arms` stand-in robots in `mode`; return the figures of `seconds` of feeding."""
     context = rclpy.Context()
     rclpy.init(context=context)
-    executor_kind, handlers = mode.split('/')
+    executor_kind, handlers, control_mode = (mode.split('/') + ['none'])[:3]
     robots = [StandInRobot(f'arm{i + 1}', context, handlers) for i in range(arms)]
+    control = (None if control_mode == 'none'
+               else start_control(control_mode, robots, context, args.control_rate))
     served = [robots] if executor_kind == 'shared' else [[robot] for robot in robots]
     executors = [SingleThreadedExecutor(context=context) for _ in served]
     for executor, nodes in zip(executors, served):
@@ -161,8 +204,10 @@ def measure(mode, arms, seconds, args):
         time.sleep(3.0)  # discovery
         for robot in robots:
             robot.delays.clear()
+            robot.ticks.clear()
         stop, waits = threading.Event(), []
         probe = threading.Thread(target=gil_probe, args=(stop, waits), daemon=True)
+        control_cpu_start = thread_cpu_s(control.native_id) if control else 0.0
         cpu_start, wall_start = process_cpu_s(), time.monotonic()
         probe.start()
         time.sleep(seconds)
@@ -170,9 +215,12 @@ def measure(mode, arms, seconds, args):
         probe.join()
         wall = time.monotonic() - wall_start
         cpu = process_cpu_s() - cpu_start
+        control_cpu = thread_cpu_s(control.native_id) - control_cpu_start if control else 0.0
         delays = np.concatenate([np.asarray(robot.delays) for robot in robots]) * 1e3
         received = sum(len(robot.delays) for robot in robots)
     finally:
+        if control is not None:
+            control.stop()
         feeder.kill()
         feeder.wait()
         for executor in executors:
@@ -185,7 +233,14 @@ def measure(mode, arms, seconds, args):
         rclpy.shutdown(context=context)
     sent = arms * (len(CAMERAS) * args.camera_rate + args.joint_rate) * wall
     waits = np.asarray(waits) * 1e3
-    return {'mode': mode, 'arms': arms, 'executor_threads': len(executors),
+    figures = {}
+    if control is not None:
+        intervals = np.concatenate([np.diff(robot.ticks) for robot in robots]) * 1e3
+        figures = {'control_rate': args.control_rate,
+                   'control_thread_cpu_s_per_s': round(control_cpu / wall, 3),
+                   'control_ticks_per_s': round(sum(len(r.ticks) for r in robots) / wall, 1),
+                   'control_interval_p99_ms': round(float(np.percentile(intervals, 99)), 3)}
+    return {**figures, 'mode': mode, 'arms': arms, 'executor_threads': len(executors),
             'entities_per_robot': counts,
             'received_per_s': round(received / wall, 1), 'sent_per_s': round(sent / wall, 1),
             'received_fraction': round(received / sent, 3),
@@ -200,7 +255,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--arms', default='1,4,8', help='robot counts')
     parser.add_argument('--modes', default='shared/all,shared/node,per_robot/node',
-                        help='executor/handlers: shared or per_robot / all, node or none')
+                        help='executor/handlers[/control]: shared or per_robot / all, node or '
+                             'none [/ each or shared]')
+    parser.add_argument('--control-rate', type=float, default=100.0, help='Hz, with control')
     parser.add_argument('--seconds', type=float, default=10.0, help='measured per run')
     parser.add_argument('--camera-rate', type=float, default=30.0)
     parser.add_argument('--joint-rate', type=float, default=200.0)

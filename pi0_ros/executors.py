@@ -203,3 +203,92 @@ class CallbackGroupThread:
             self.error = error
             if self._on_error is not None:
                 self._on_error(error)
+
+
+class SharedControlTimers:
+    """
+    The control timers of several nodes, as one rclpy timer per period on one node.
+
+    Every rclpy timer keeps the phase of its creation, so N robots' timers wake the thread that
+    serves them N times a period, and each wake collects the entities of every node that thread
+    waits on. Here the robots of one period share a timer that calls their callbacks in turn
+    (in the order they joined), and their guard conditions live on the same node, so the control
+    thread waits on that node only. Measured with 8 stand-in robots at 100 Hz on 2 CPU cores:
+    the control thread used 0.45 CPU s/s with a timer each, 0.09 with one shared timer
+    (benchmarks/executor_scaling.py, control modes `each` and `shared`).
+    """
+
+    def __init__(self, node, group):
+        self.node = node
+        self.group = group
+        self._lock = threading.Lock()
+        self._timers = {}  # SharedTimer.key -> _PeriodTimer
+
+    def create_timer(self, period_s, callback, clock):
+        """
+        Call `callback` on every tick of the shared timer of `period_s`; return its handle.
+
+        `clock` is the calling node's: robots share a timer only where their clocks run on the
+        same time (system, steady, ROS time, or simulation time from /clock).
+        """
+        key = (round(period_s * 1e9), clock.clock_type,
+               getattr(clock, 'ros_time_is_active', False))
+        with self._lock:
+            shared = self._timers.get(key)
+            if shared is None:
+                shared = self._timers[key] = _PeriodTimer()
+                shared.timer = self.node.create_timer(key[0] * 1e-9, shared.tick,
+                                                      callback_group=self.group, clock=clock)
+            shared.callbacks += (callback,)
+        return SharedTimer(self, key, callback)
+
+    def create_guard_condition(self, callback):
+        """Return a guard condition whose callback runs on the control thread."""
+        return self.node.create_guard_condition(callback, callback_group=self.group)
+
+    def destroy(self, entity):
+        """Destroy a SharedTimer (the rclpy timer goes with its last one) or guard condition."""
+        if not isinstance(entity, SharedTimer):
+            self.node.destroy_guard_condition(entity)
+            return
+        with self._lock:
+            shared = self._timers.get(entity.key)
+            if shared is None or entity.callback not in shared.callbacks:
+                return
+            callbacks = list(shared.callbacks)
+            callbacks.remove(entity.callback)
+            shared.callbacks = tuple(callbacks)
+            if not callbacks:
+                del self._timers[entity.key]
+                self.node.destroy_timer(shared.timer)
+
+    def timer(self, key):
+        """Return the rclpy timer of a SharedTimer's key (None once its last one is destroyed)."""
+        shared = self._timers.get(key)
+        return None if shared is None else shared.timer
+
+
+class _PeriodTimer:
+    """One rclpy timer and the callbacks it calls on each tick."""
+
+    def __init__(self):
+        self.timer = None
+        self.callbacks = ()  # replaced, never changed in place: a tick iterates its own copy
+
+    def tick(self):
+        for callback in self.callbacks:
+            callback()
+
+
+class SharedTimer:
+    """One node's share of a SharedControlTimers timer (what `create_timer` would return)."""
+
+    def __init__(self, owner, key, callback):
+        self._owner = owner
+        self.key = key  # (period in ns, clock type, simulation time)
+        self.callback = callback
+
+    def time_until_next_call(self):
+        """Return the nanoseconds until the shared timer's next tick (None once destroyed)."""
+        timer = self._owner.timer(self.key)
+        return None if timer is None else timer.time_until_next_call()

@@ -28,8 +28,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.validate_namespace import validate_namespace
 
-from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
-                               ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, make_executor, SharedControlTimers,
+                               spin_until_shutdown, ThreadBoundCallbackGroup)
 from pi0_ros.node import (build_engine, close_nodes, engine_options, Pi0ControlNode,
                           SWITCH_INTERVAL_S)
 from pi0_ros.parameters import ParameterError
@@ -171,7 +171,7 @@ def _declare_fleet_parameters(node):
                     'control threads wait less behind the busy executor', read_only=True))
 
 
-def start_control_thread(fleet, nodes, group):
+def start_control_thread(fleet, nodes, timers):
     """Start the one thread that runs every robot's control timer (the robots' priority)."""
     logger = fleet.get_logger()
     priority = max(node.get_parameter('control_thread_priority').value for node in nodes)
@@ -183,7 +183,7 @@ def start_control_thread(fleet, nodes, group):
             for node in nodes:
                 node.control_thread_error = error
             rclpy.try_shutdown(context=fleet.context)
-    thread = CallbackGroupThread(nodes, group, name='pi0_control', priority=priority,
+    thread = CallbackGroupThread(fleet, timers.group, name='pi0_control', priority=priority,
                                  on_error=on_error, rescan_s=0.5)
     thread.start()
     logger.info(f'control timers of {len(nodes)} robots on one thread' + (
@@ -237,10 +237,12 @@ def main(args=None):
         # Every robot's control timer on one thread (SCHED_FIFO where permitted), not on the
         # executor that serves every robot's cameras, and not a thread each (contending for the
         # GIL with the inference thread): record fleet-control-on-executor-h100, docs/fleet.md.
-        control_group = ThreadBoundCallbackGroup()
-        nodes = [Pi0ControlNode(worker_provider=shared, control_group=control_group,
-                                namespace=name) for name in robots]
-        control = start_control_thread(fleet, nodes, control_group)
+        # The robots of one control rate share one timer on the fleet node: one wake-up a
+        # period for all of them (SharedControlTimers).
+        timers = SharedControlTimers(fleet, ThreadBoundCallbackGroup())
+        nodes = [Pi0ControlNode(worker_provider=shared, control_timers=timers, namespace=name)
+                 for name in robots]
+        control = start_control_thread(fleet, nodes, timers)
         executor = make_executor(max(node.get_parameter('executor_threads').value
                                      for node in nodes))
         executor.add_node(fleet)

@@ -123,19 +123,20 @@ def build_engine(settings, options=None):
 class Pi0ControlNode(LifecycleNode):
     """Lifecycle node driving an arm with Pi0 action chunks."""
 
-    def __init__(self, worker_provider=None, control_group=None, **kwargs):
+    def __init__(self, worker_provider=None, control_timers=None, **kwargs):
         """
         Create the node (configured and activated through its lifecycle).
 
         worker_provider: None (the node builds its own engine and worker), or a callable
         (node, settings, on_result, guidance) -> a WorkerClient of a worker shared with other
         robots (pi0_ros.fleet); it raises ParameterError where the settings cannot share it.
-        control_group: None, or a ThreadBoundCallbackGroup for the control timer that a thread
-        of the caller's serves (the fleet: one control thread for every robot).
+        control_timers: None, or a SharedControlTimers whose thread (the caller's) runs the
+        control timer and the chunk-arrived guard condition (the fleet: one control thread and
+        one timer for every robot).
         """
         super().__init__(NODE_NAME, **kwargs)
         self._worker_provider = worker_provider
-        self._control_group = control_group
+        self._control_timers = control_timers
         declare_all(self)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
@@ -147,6 +148,7 @@ class Pi0ControlNode(LifecycleNode):
         self._control_thread = None
         self.control_thread_error = None
         self._entities = []
+        self._control_entities = []  # the control timer and guard condition of control_timers
         self._control_timer = None
         self._chunk_arrived = None  # guard condition: a chunk for the control stage arrived
         # Cameras, joint states, instruction and e-stop: subscribed, converted, validated and
@@ -320,8 +322,9 @@ class Pi0ControlNode(LifecycleNode):
         self._inputs.configure(settings, self._limits.max_velocity, self._entities)
 
         # The control timer's group gets a real-time thread of its own where permitted
-        # (_start_control_thread).
-        output = self._control_group or ThreadBoundCallbackGroup()
+        # (_start_control_thread), or the fleet's control thread serves it (control_timers).
+        shared = self._control_timers
+        output = shared.group if shared is not None else ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
         self._entities.append(self.create_service(SetBool, '~/enable', self.enable_callback,
                                                   callback_group=reports))
@@ -336,18 +339,23 @@ class Pi0ControlNode(LifecycleNode):
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics',
                                                       REPORT_QOS,
                                                       event_callbacks=NO_PUBLISHER_EVENTS)
-        self._control_timer = self.create_timer(period, self.control_timer_callback,
-                                                callback_group=output)
-        chunk_arrived = self.create_guard_condition(self.chunk_arrived_callback,
+        if shared is not None:
+            self._control_timer = shared.create_timer(period, self.control_timer_callback,
+                                                      self.get_clock())
+            chunk_arrived = shared.create_guard_condition(self.chunk_arrived_callback)
+            self._control_entities = [self._control_timer, chunk_arrived]
+        else:
+            self._control_timer = self.create_timer(period, self.control_timer_callback,
                                                     callback_group=output)
-        self._entities += [
-            self._control_timer, chunk_arrived,
-            self.create_timer(1.0 / settings.status_rate, self.status_timer_callback,
-                              callback_group=reports),
-        ]
+            chunk_arrived = self.create_guard_condition(self.chunk_arrived_callback,
+                                                        callback_group=output)
+            self._entities += [self._control_timer, chunk_arrived]
+        self._entities.append(self.create_timer(1.0 / settings.status_rate,
+                                                self.status_timer_callback,
+                                                callback_group=reports))
         with self._lock:
             self._chunk_arrived = chunk_arrived
-        if self._control_group is None:
+        if shared is None:
             self._start_control_thread(output, settings.control_thread_priority)
         # A backward jump of the ROS clock (sim time reset) leaves every buffered input stamped
         # in the future; without a reset the node would hold until the clock passes them again.
@@ -442,6 +450,9 @@ class Pi0ControlNode(LifecycleNode):
                        'GuardCondition': self.destroy_guard_condition}[type(entity).__name__]
             destroy(entity)
         self._entities = []
+        for entity in self._control_entities:
+            self._control_timers.destroy(entity)
+        self._control_entities = []
         for name in ('_trajectory_pub', '_chunk_pub', '_status_pub', '_diagnostics_pub'):
             publisher = getattr(self, name, None)
             if publisher is not None:

@@ -1,6 +1,10 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The control timer's own thread: only it runs its group, it stops, it reports, its priority."""
+"""
+The control timer's own thread, and the fleet's control timers shared per period.
+
+The thread: only it runs its group, it stops, it reports, its priority.
+"""
 import os
 import threading
 import time
@@ -8,10 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
-from pi0_ros.executors import (CallbackGroupThread, set_realtime_priority, SHUTDOWN_GRACE_S,
-                               spin_until_shutdown, ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, set_realtime_priority, SharedControlTimers,
+                               SHUTDOWN_GRACE_S, spin_until_shutdown, ThreadBoundCallbackGroup)
 
 PERIOD = 0.01
 
@@ -203,3 +208,47 @@ def test_spin_until_shutdown_ends_quietly_on_shutdown_races_only():
     spin_until_shutdown(executor(RuntimeError('Unable to convert call argument')))
     assert not context.ok()
     spin_until_shutdown(executor(RuntimeError('context is not valid')))  # already down
+
+
+def serve(node, group, seconds):
+    """Run `group` of `node` on a CallbackGroupThread for `seconds`."""
+    control = CallbackGroupThread(node, group, name='test_control')
+    control.start()
+    time.sleep(seconds)
+    assert control.stop()
+
+
+def test_control_timers_of_one_period_and_clock_share_one_timer_ticking_them_in_turn(node):
+    timers = SharedControlTimers(node, ThreadBoundCallbackGroup())
+    calls = []
+    arm1 = timers.create_timer(PERIOD, lambda: calls.append('arm1'), node.get_clock())
+    arm2 = timers.create_timer(PERIOD, lambda: calls.append('arm2'), node.get_clock())
+    timers.create_timer(2 * PERIOD, lambda: calls.append('slow'), node.get_clock())
+    steady = Clock(clock_type=ClockType.STEADY_TIME)
+    timers.create_timer(PERIOD, lambda: calls.append('steady'), steady)
+    assert len(list(node.timers)) == 3  # arm1 and arm2 share one
+    until = [share.time_until_next_call() for share in (arm1, arm2)]
+    assert 0 <= until[0] <= PERIOD * 1e9 and abs(until[0] - until[1]) < 1e6  # ns
+    serve(node, timers.group, 0.4)
+    shared = [name for name in calls if name in ('arm1', 'arm2')]
+    assert len(shared) >= 40
+    assert shared[0::2] == ['arm1'] * len(shared[0::2])  # each tick: arm1, then arm2
+    assert shared[1::2] == ['arm2'] * len(shared[1::2])
+    assert calls.count('steady') >= 20 and 10 <= calls.count('slow') < calls.count('steady')
+
+
+def test_destroying_a_share_leaves_the_others_ticking_and_the_last_removes_the_timer(node):
+    timers = SharedControlTimers(node, ThreadBoundCallbackGroup())
+    calls = []
+    arm1 = timers.create_timer(PERIOD, lambda: calls.append('arm1'), node.get_clock())
+    arm2 = timers.create_timer(PERIOD, lambda: calls.append('arm2'), node.get_clock())
+    arrived = timers.create_guard_condition(lambda: calls.append('chunk'))
+    timers.destroy(arm1)
+    arrived.trigger()
+    serve(node, timers.group, 0.2)
+    assert calls.count('arm2') >= 10 and 'arm1' not in calls and calls.count('chunk') == 1
+    timers.destroy(arm2)
+    timers.destroy(arrived)
+    assert list(node.timers) == [] and list(node.guards) == []
+    assert arm2.time_until_next_call() is None
+    timers.destroy(arm2)  # a second destroy is harmless
