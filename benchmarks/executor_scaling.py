@@ -193,7 +193,14 @@ def measure(mode, arms, seconds, args):
     for executor, nodes in zip(executors, served):
         for robot in nodes:
             executor.add_node(robot)
-    threads = [threading.Thread(target=executor.spin, daemon=True) for executor in executors]
+    spinning = threading.Event()
+    spinning.set()
+
+    def spin(executor):  # until `spinning` is cleared: shutdown() under a spin races in rclpy
+        while spinning.is_set():
+            executor.spin_once(timeout_sec=0.1)
+    threads = [threading.Thread(target=spin, args=(executor,), daemon=True)
+               for executor in executors]
     for thread in threads:
         thread.start()
     feeder = subprocess.Popen([sys.executable, __file__, '--feed', str(arms),
@@ -223,10 +230,11 @@ def measure(mode, arms, seconds, args):
             control.stop()
         feeder.kill()
         feeder.wait()
-        for executor in executors:
-            executor.shutdown(timeout_sec=1.0)
+        spinning.clear()
         for thread in threads:
             thread.join(timeout=2.0)
+        for executor in executors:
+            executor.shutdown(timeout_sec=1.0)
         counts = robots[0].entity_counts()
         for robot in robots:
             robot.destroy_node()
