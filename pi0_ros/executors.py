@@ -214,8 +214,8 @@ class SharedControlTimers:
     waits on. Here the robots of one period share a timer that calls their callbacks in turn
     (in the order they joined), and their guard conditions live on the same node, so the control
     thread waits on that node only. Measured with 8 stand-in robots at 100 Hz on 2 CPU cores:
-    the control thread used 0.45 CPU s/s with a timer each, 0.09 with one shared timer
-    (benchmarks/executor_scaling.py, control modes `each` and `shared`).
+    the control thread used 0.44 CPU s/s with a timer each, 0.085 with one shared timer (record
+    executor-scaling-control-cpu in benchmarks/RESULTS.md).
     """
 
     def __init__(self, node, group):
