@@ -119,3 +119,22 @@ def test_validate_trajectory_reports_each_rule(times, positions, velocities, num
                                                expected):
     problems = validate_trajectory(times, positions, velocities, num_joints)
     assert any(expected in problem for problem in problems), problems
+    # As float arrays (the planner's), where the case has that shape: the same report.
+    try:
+        arrays = [np.array(times, dtype=float), np.array(positions, dtype=float),
+                  None if velocities is None else np.array(velocities, dtype=float)]
+    except ValueError:
+        return  # ragged
+    assert validate_trajectory(*arrays, num_joints) == problems
+
+
+def test_validate_trajectory_takes_planner_arrays_of_any_joint_count():
+    times = np.array([0.02, 0.04, 0.06])
+    positions = np.full((3, 6), 0.5)
+    velocities = np.vstack([np.full((2, 6), 0.1), np.zeros((1, 6))])
+    assert validate_trajectory(times, positions, velocities, 6) == []
+    assert validate_trajectory(times, positions, velocities) == []
+    assert validate_trajectory(times, positions, -0.0 * velocities) == []
+    assert validate_trajectory(times, positions, velocities, 5) != []
+    assert validate_trajectory(times, positions[:, :5], velocities, 6) != []
+    assert validate_trajectory(times[::-1], positions, velocities) != []

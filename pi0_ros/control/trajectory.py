@@ -3,6 +3,8 @@
 """Checks a trajectory against the rules of ros2_control's joint_trajectory_controller."""
 import math
 
+import numpy as np
+
 
 def _rows(name, values, num_points, num_joints, problems):
     """Return the rows of a per-point array as lists of floats; append problems found."""
@@ -21,6 +23,23 @@ def _rows(name, values, num_points, num_joints, problems):
     return rows
 
 
+def _valid_arrays(times, positions, velocities, num_joints):
+    """Return True if float arrays of the right shapes pass every rule (False: not known)."""
+    arrays = (times, positions) + (() if velocities is None else (velocities,))
+    if not all(isinstance(a, np.ndarray) and a.dtype.kind == 'f' for a in arrays):
+        return False
+    count = len(times)
+    joints = positions.shape[1] if num_joints is None and positions.ndim == 2 else num_joints
+    shape = (count, joints)
+    return bool(times.ndim == 1 and count > 0 and positions.shape == shape
+                and (velocities is None or velocities.shape == shape)
+                and np.isfinite(times).all() and times[0] > 0.0
+                and (count == 1 or (np.diff(times) > 0.0).all())
+                and np.isfinite(positions).all()
+                and (velocities is None or (np.isfinite(velocities).all()
+                                            and not velocities[-1].any())))
+
+
 def validate_trajectory(times_from_start, positions, velocities=None, num_joints=None):
     """
     Return the list of JTC rule violations of a trajectory; [] when it is valid.
@@ -29,7 +48,12 @@ def validate_trajectory(times_from_start, positions, velocities=None, num_joints
     point has num_joints finite positions (num_joints defaults to the first point's length) and,
     when velocities are given, as many finite velocities; the last velocity is zero (JTC rejects a
     trajectory that ends moving when velocities are sent).
+
+    The planner's float arrays take a vectorized check (every control tick runs it); anything
+    else, or a trajectory that fails it, the element-wise one, which names each problem.
     """
+    if _valid_arrays(times_from_start, positions, velocities, num_joints):
+        return []
     problems = []
     try:
         times = [float(t) for t in times_from_start]
