@@ -76,6 +76,9 @@ from pi0_ros.control.limits import JointLimits
 MAX_REFERENCE_SEGMENTS = 16
 FIRST_POINT_LEAD = 0.25      # the first point is at least this many point spacings after now
 VELOCITY_EPSILON = 1e-12
+# Room beyond the braking distance bound (_track) under which a bound's speed is computed
+# exactly: covers the rounding of both sides (positions in rad or m).
+ROOM_MARGIN = 1e-9
 REASON_WAITING = 'waiting for chunk'
 REASON_EXHAUSTED = 'chunk exhausted'
 REASON_DISABLED = 'disabled'
@@ -711,8 +714,15 @@ class ChunkPlanner:
                     desired = direction * approach
                 # Speed, horizon and position limits: braking from the next velocity stops inside.
                 speed = speed_caps[index - 1][joint]
-                to_upper = _speed_to_stop(upper - position - 0.5 * step * velocity, accel, h, step)
-                to_lower = _speed_to_stop(position - lower + 0.5 * step * velocity, accel, h, step)
+                # Far from a bound, braking from `speed` stops inside: that bound cannot bind
+                # (min/max below give `speed` either way) and its exact speed is not computed.
+                stop_room = speed * (0.5 * step + 0.5 * speed / accel) + accel * h * h / 8.0
+                room = upper - position - 0.5 * step * velocity
+                to_upper = (speed if room > stop_room + ROOM_MARGIN
+                            else _speed_to_stop(room, accel, h, step))
+                room = position - lower + 0.5 * step * velocity
+                to_lower = (speed if room > stop_room + ROOM_MARGIN
+                            else _speed_to_stop(room, accel, h, step))
                 bounded = min(max(reference_velocities[index][joint] + desired,
                                   max(-speed, -to_lower)), min(speed, to_upper))
                 # The acceleration limit wins where they disagree (only from an infeasible state).
