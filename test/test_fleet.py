@@ -122,18 +122,26 @@ def test_the_robot_count_is_bounded_by_the_memory_budget():
 
 
 @pytest.mark.integration
-def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain_id):
+@pytest.mark.parametrize('processes', [1, 2])
+def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain_id, processes):
     from pi0_ros.tools import fleet_bench
     monkeypatch.setattr(fleet_bench, 'claim_domain_id', lambda: ros_domain_id)
     # Three arms, two observations per engine call: the arms take turns, and none starves.
+    # With two processes: arm1 and arm2 in one, arm3 in the other, each with its engine.
     code = fleet_bench.main(['--arms', '3', '--max-batch', '2', '--duration', '3',
                              '--image-width', '160', '--image-height', '120', '--camera-rate',
-                             '10', '--output', str(tmp_path)])
+                             '10', '--processes', str(processes), '--output', str(tmp_path)])
     report = json.loads((tmp_path / 'fleet.json').read_text())
     (result,) = report['results']
     assert code == 0, result
+    assert result['processes'] == processes
     assert [arm['robot'] for arm in result['per_arm']] == ['arm1', 'arm2', 'arm3']
-    assert 'batches of up to 2' in (tmp_path / 'logs' / 'fleet_3.log').read_text()
+    if processes == 1:
+        assert 'batches of up to 2' in (tmp_path / 'logs' / 'fleet_3.log').read_text()
+    else:
+        logs = [(tmp_path / 'logs' / f'fleet_3_{i}.log').read_text() for i in (1, 2)]
+        assert '[pi0_fleet_1]: 2 of 2 robots active' in logs[0]
+        assert '[pi0_fleet_2]: 1 of 1 robots active' in logs[1]
     for arm in result['per_arm']:
         assert arm['chunks_per_s'] > 0 and arm['unsafe_commands'] == 0
         assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']

@@ -45,6 +45,9 @@ def parse_args(argv):
                         help="seconds an observation waits for the other arms' (fleet batch_wait)")
     parser.add_argument('--max-batch', type=int, default=0,
                         help='observations per engine call (fleet max_batch; 0 = one per arm)')
+    parser.add_argument('--processes', type=int, default=1,
+                        help='fleet processes, each with its own engine and a contiguous share of '
+                             'the arms (arm1..armN split evenly)')
     parser.add_argument('--node-parameter', type=node_parameter, action='append', default=[],
                         metavar='NAME:=VALUE', help='another parameter of every robot node')
     parser.add_argument('--control-rate', type=float, default=50.0)
@@ -57,6 +60,8 @@ def parse_args(argv):
     args.arm_counts = [int(n) for n in args.arms.split(',') if n.strip()]
     if not args.arm_counts or min(args.arm_counts) < 1:
         parser.error('--arms needs counts >= 1')
+    if args.processes < 1:
+        parser.error('--processes needs 1 or more')
     return args
 
 
@@ -118,25 +123,34 @@ class ArmRecord:
 def run_count(count, args, logs, env):
     """Run the fleet with `count` arms (process logs in `logs`); return its figures."""
     import rclpy
+
+    from pi0_ros.fleet import FLEET_NODE_NAME
     robots = [f'arm{index + 1}' for index in range(count)]
-    fleet = Process(f'fleet_{count}', [sys.executable, '-m', 'pi0_ros.fleet'] + ros_args(
-        {'robots': robots, 'batch_wait': args.batch_wait, 'max_batch': args.max_batch,
+    groups = [[str(robot) for robot in group]
+              for group in np.array_split(robots, min(args.processes, count))]
+    fleets = [Process(f'fleet_{count}' + (f'_{index + 1}' if len(groups) > 1 else ''),
+                      [sys.executable, '-m', 'pi0_ros.fleet'] + ros_args(
+        {'robots': group, 'batch_wait': args.batch_wait, 'max_batch': args.max_batch,
          'checkpoint': args.checkpoint,
          'random_model': args.random_model, 'device': args.device, 'precision': args.precision,
          'control_rate': args.control_rate, 'status_rate': 2.0,
          'max_image_width': max(args.image_width, 64),
-         'max_image_height': max(args.image_height, 64), **dict(args.node_parameter)}),
-        env, logs)
+         'max_image_height': max(args.image_height, 64), **dict(args.node_parameter)},
+        # Distinct fleet node names; the robots' nodes keep theirs (a plain __node remap would
+        # rename every node of the process).
+        remaps=[(f'{FLEET_NODE_NAME}:__node', f'{FLEET_NODE_NAME}_{index + 1}')]
+        if len(groups) > 1 else []), env, logs)
+              for index, group in enumerate(groups)]
     feeders = [Process(f'feeder_{count}_{robot}_{role}', [
         sys.executable, '-m', 'pi0_ros.tools.soak', '--feeder', role, '--feeder-namespace', robot,
         '--camera-rate', str(args.camera_rate), '--joint-rate', str(args.joint_rate),
         '--image-width', str(args.image_width), '--image-height', str(args.image_height),
         '--instruction-period', '1000'], env, logs)
         for robot in robots for role in FEEDER_STREAMS]
-    processes = [fleet, *feeders]
+    processes = [*fleets, *feeders]
     node = rclpy.create_node(f'pi0_fleet_bench_{count}')
     arms = [ArmRecord(node, robot) for robot in robots]
-    result = {'arms': count, 'error': ''}
+    result = {'arms': count, 'processes': len(fleets), 'error': ''}
     try:
         started = time.monotonic()
         while not all(arm.state == OUTPUT_FOLLOWING for arm in arms):
@@ -157,7 +171,7 @@ def run_count(count, args, logs, env):
         exit_codes = {p.name: p.stop() for p in reversed(processes)}
         node.destroy_node()
     if result['error']:
-        result['log_tail'] = fleet.tail(30)
+        result['log_tail'] = '\n'.join(fleet.tail(30) for fleet in fleets)
         return result
     per_arm = [arm.summary(begin, end, args.control_rate) for arm in arms]
     result.update(
