@@ -8,7 +8,8 @@ cameras, joint_states, instruction, trajectory output, e-stop, ~/enable and ~/st
 /<robot>/), sharing one engine that batches their observations. params_file applies to every
 robot (`/**`); fleet_params_file holds the fleet's own settings and per-robot blocks
 (`/arm2/pi0_ros:`). checkpoint, device, precision and use_sim_time override both files only when
-given.
+given. processes:=2 splits the robots over two such processes (an engine each, on the same GPU):
+with 8 arms each process's Python runtime serves half the messages and ticks (docs/fleet.md).
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -16,10 +17,12 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
-from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, parse_robots, UNSET_HELP
+from pi0_ros.launch_arguments import (fleet_process_remaps, OVERRIDES, parameter_overrides,
+                                      parse_processes, parse_robots, split_robots, UNSET_HELP)
 
 ARGUMENTS = [
     ('robots', 'arm1,arm2', 'Robot names, separated by commas: each a namespace of its own'),
+    ('processes', '1', 'Fleet processes the robots are split over, each with its own engine'),
     ('params_file', PathJoinSubstitution([FindPackageShare('pi0_ros'), 'config', 'pi0_ros.yaml']),
      "Parameters of every robot's control node"),
     ('fleet_params_file', PathJoinSubstitution([FindPackageShare('pi0_ros'), 'config',
@@ -36,21 +39,24 @@ ARGUMENTS = [
 
 
 def fleet_node(context):
-    """Return the fleet process, with the robots and the overrides of the arguments given."""
+    """Return the fleet processes, with the robots and the overrides of the arguments given."""
     given = {name: LaunchConfiguration(name).perform(context) for name in OVERRIDES}
     robots = parse_robots(LaunchConfiguration('robots').perform(context))
+    groups = split_robots(robots, parse_processes(
+        LaunchConfiguration('processes').perform(context), robots))
     # No name or namespace here: in a process of several nodes a __node or __ns remapping
-    # would rename every one of them.
+    # would rename every one of them (fleet_process_remaps names the fleet node only).
     return [Node(
         package='pi0_ros',
         executable='fleet_node',
         output='screen',
         emulate_tty=True,
         parameters=[LaunchConfiguration('params_file'), LaunchConfiguration('fleet_params_file'),
-                    {'robots': robots, **parameter_overrides(given)}],
-        remappings=[('joint_trajectory', LaunchConfiguration('trajectory_topic'))],
+                    {'robots': group, **parameter_overrides(given)}],
+        remappings=[('joint_trajectory', LaunchConfiguration('trajectory_topic')),
+                    *fleet_process_remaps(index, len(groups))],
         arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
-    )]
+    ) for index, group in enumerate(groups)]
 
 
 def generate_launch_description():

@@ -30,12 +30,12 @@ from rclpy.validate_namespace import validate_namespace
 
 from pi0_ros.executors import (CallbackGroupThread, make_executor, SharedControlTimers,
                                spin_until_shutdown, ThreadBoundCallbackGroup)
+from pi0_ros.launch_arguments import FLEET_NODE_NAME
 from pi0_ros.node import (build_engine, close_nodes, engine_options, Pi0ControlNode,
                           SWITCH_INTERVAL_S)
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 
-FLEET_NODE_NAME = 'pi0_fleet'
 # Settings every robot sharing the engine must agree on (the engine is built from them).
 ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision', 'device',
                    'prefix_fp8_layers', 'max_image_height', 'max_image_width',

@@ -80,3 +80,39 @@ def parse_robots(text: str) -> list:
         raise ValueError(f"launch argument robots:='{text}' must name one or more distinct "
                          'robots, separated by commas')
     return robots
+
+
+# The fleet process's own node (batch_wait, max_batch, ...): config/fleet.yaml's `/**/pi0_fleet`.
+FLEET_NODE_NAME = 'pi0_fleet'
+
+
+def parse_processes(text: str, robots: list) -> int:
+    """Return fleet.launch.py's `processes:=N` (1 or more, at most one per robot)."""
+    try:
+        count = int(str(text).strip())
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"launch argument processes:='{text}' must be a whole number >= 1")
+    return min(count, len(robots))
+
+
+def split_robots(robots: list, processes: int) -> list:
+    """Split the robots into `processes` contiguous groups whose sizes differ by one at most."""
+    count = min(processes, len(robots))
+    size, extra = divmod(len(robots), count)
+    bounds = [index * size + min(index, extra) for index in range(count + 1)]
+    return [robots[bounds[index]:bounds[index + 1]] for index in range(count)]
+
+
+def fleet_process_remaps(index: int, processes: int) -> list:
+    """
+    Return the remaps of fleet process `index` (0-based) of `processes`: [(from, to)].
+
+    Several processes put their fleet nodes in namespaces of their own (/fleet1, /fleet2, ...)
+    so that their names and parameter services stay distinct; the rule names the fleet node
+    only (a plain __ns or __node rule would move every robot's node of the process too).
+    """
+    if processes == 1:
+        return []
+    return [(f'{FLEET_NODE_NAME}:__ns', f'/fleet{index + 1}')]

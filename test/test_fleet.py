@@ -140,8 +140,8 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
         assert 'batches of up to 2' in (tmp_path / 'logs' / 'fleet_3.log').read_text()
     else:
         logs = [(tmp_path / 'logs' / f'fleet_3_{i}.log').read_text() for i in (1, 2)]
-        assert '[pi0_fleet_1]: 2 of 2 robots active' in logs[0]
-        assert '[pi0_fleet_2]: 1 of 1 robots active' in logs[1]
+        assert '[fleet1.pi0_fleet]: 2 of 2 robots active' in logs[0]
+        assert '[fleet2.pi0_fleet]: 1 of 1 robots active' in logs[1]
     for arm in result['per_arm']:
         assert arm['chunks_per_s'] > 0 and arm['unsafe_commands'] == 0
         assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']

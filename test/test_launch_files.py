@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from pi0_ros.launch_arguments import OVERRIDES, parameter_overrides, sim_camera_settings
+from pi0_ros.launch_arguments import (fleet_process_remaps, OVERRIDES, parameter_overrides,
+                                      sim_camera_settings)
 from pi0_ros.parameters import ParameterError, SPECS, validate_value
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / 'launch'
@@ -232,15 +233,54 @@ def test_pytest_collects_the_launch_tests_and_skips_them_without_launch_testing(
 def test_the_fleet_launch_starts_one_process_for_the_robots_given(launch_stand_ins):
     found = runpy.run_path(str(LAUNCH_DIR / 'fleet.launch.py'))
     found['generate_launch_description']()
-    context = {'robots': ' arm1, /arm2 ', 'checkpoint': '', 'device': 'cuda', 'precision': '',
-               'use_sim_time': ''}
-    node = found['fleet_node'](context)[0]
+    context = {'robots': ' arm1, /arm2 ', 'processes': '1', 'checkpoint': '', 'device': 'cuda',
+               'precision': '', 'use_sim_time': ''}
+    (node,) = found['fleet_node'](context)
     assert node.kwargs['executable'] == 'fleet_node'
     # A __node or __ns remapping would rename every node of the process.
     assert 'name' not in node.kwargs and 'namespace' not in node.kwargs
     robot_params, fleet_params, given = node.kwargs['parameters']
     assert robot_params.args == ('params_file',) and fleet_params.args == ('fleet_params_file',)
     assert given == {'robots': ['arm1', 'arm2'], 'device': 'cuda'}
+    assert [source for source, _ in node.kwargs['remappings']] == ['joint_trajectory']
     for bad in ('', ' , ', 'arm1,arm1'):
         with pytest.raises(ValueError, match='robots'):
             found['fleet_node'](dict(context, robots=bad))
+
+
+def test_the_fleet_launch_splits_the_robots_over_the_processes_asked_for(launch_stand_ins):
+    found = runpy.run_path(str(LAUNCH_DIR / 'fleet.launch.py'))
+    context = {'robots': 'a1,a2,a3,a4,a5', 'processes': '2', 'checkpoint': '', 'device': '',
+               'precision': '', 'use_sim_time': ''}
+    nodes = found['fleet_node'](context)
+    assert [node.kwargs['parameters'][2]['robots'] for node in nodes] == [
+        ['a1', 'a2', 'a3'], ['a4', 'a5']]
+    # Each fleet node in a namespace of its own; the robots' nodes keep theirs.
+    assert [node.kwargs['remappings'][1:] for node in nodes] == [
+        [('pi0_fleet:__ns', '/fleet1')], [('pi0_fleet:__ns', '/fleet2')]]
+    assert len(found['fleet_node'](dict(context, processes='9'))) == 5  # one robot each at most
+    for bad in ('0', 'two', '-1', ''):
+        with pytest.raises(ValueError, match='processes'):
+            found['fleet_node'](dict(context, processes=bad))
+
+
+def test_the_fleet_params_file_sets_every_fleet_process_and_no_robot():
+    # The rule and the file as the launch passes them, read by rcl in a fresh context.
+    import rclpy
+    from rclpy.context import Context
+    context = Context()
+    rclpy_args = ['--ros-args', '--params-file', str(LAUNCH_DIR.parent / 'config' / 'fleet.yaml')]
+    for source, target in fleet_process_remaps(1, 2):
+        rclpy_args += ['-r', f'{source}:={target}']
+    rclpy.init(args=rclpy_args, context=context)
+    try:
+        fleet = rclpy.create_node('pi0_fleet', context=context)
+        robot = rclpy.create_node('pi0_ros', namespace='/arm2', context=context)
+        assert fleet.get_fully_qualified_name() == '/fleet2/pi0_fleet'
+        assert robot.get_fully_qualified_name() == '/arm2/pi0_ros'
+        assert fleet.declare_parameter('max_batch', -1).value == 0  # config/fleet.yaml
+        assert robot.declare_parameter('max_batch', -1).value == -1
+        fleet.destroy_node()
+        robot.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from pi0_ros.launch_arguments import fleet_process_remaps, split_robots
 from pi0_ros.parameters import SO101_MAX_VELOCITY, SO101_POSITION_LOWER, SO101_POSITION_UPPER
 from pi0_ros.tools.domain import claim_domain_id
 from pi0_ros.tools.processes import (copy_to_environ, fastdds_profile_env,
@@ -124,10 +125,8 @@ def run_count(count, args, logs, env):
     """Run the fleet with `count` arms (process logs in `logs`); return its figures."""
     import rclpy
 
-    from pi0_ros.fleet import FLEET_NODE_NAME
     robots = [f'arm{index + 1}' for index in range(count)]
-    groups = [[str(robot) for robot in group]
-              for group in np.array_split(robots, min(args.processes, count))]
+    groups = split_robots(robots, args.processes)
     fleets = [Process(f'fleet_{count}' + (f'_{index + 1}' if len(groups) > 1 else ''),
                       [sys.executable, '-m', 'pi0_ros.fleet'] + ros_args(
         {'robots': group, 'batch_wait': args.batch_wait, 'max_batch': args.max_batch,
@@ -136,10 +135,7 @@ def run_count(count, args, logs, env):
          'control_rate': args.control_rate, 'status_rate': 2.0,
          'max_image_width': max(args.image_width, 64),
          'max_image_height': max(args.image_height, 64), **dict(args.node_parameter)},
-        # Distinct fleet node names; the robots' nodes keep theirs (a plain __node remap would
-        # rename every node of the process).
-        remaps=[(f'{FLEET_NODE_NAME}:__node', f'{FLEET_NODE_NAME}_{index + 1}')]
-        if len(groups) > 1 else []), env, logs)
+        remaps=fleet_process_remaps(index, len(groups))), env, logs)
               for index, group in enumerate(groups)]
     feeders = [Process(f'feeder_{count}_{robot}_{role}', [
         sys.executable, '-m', 'pi0_ros.tools.soak', '--feeder', role, '--feeder-namespace', robot,
