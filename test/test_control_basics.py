@@ -138,3 +138,4 @@ def test_validate_trajectory_takes_planner_arrays_of_any_joint_count():
     assert validate_trajectory(times, positions, velocities, 5) != []
     assert validate_trajectory(times, positions[:, :5], velocities, 6) != []
     assert validate_trajectory(times[::-1], positions, velocities) != []
+    assert validate_trajectory(np.array(0.02), positions[:1], velocities[-1:]) != []

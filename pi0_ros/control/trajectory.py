@@ -26,12 +26,13 @@ def _rows(name, values, num_points, num_joints, problems):
 def _valid_arrays(times, positions, velocities, num_joints):
     """Return True if float arrays of the right shapes pass every rule (False: not known)."""
     arrays = (times, positions) + (() if velocities is None else (velocities,))
-    if not all(isinstance(a, np.ndarray) and a.dtype.kind == 'f' for a in arrays):
+    if not all(isinstance(a, np.ndarray) and a.dtype.kind == 'f' for a in arrays) \
+            or times.ndim != 1:
         return False
     count = len(times)
     joints = positions.shape[1] if num_joints is None and positions.ndim == 2 else num_joints
     shape = (count, joints)
-    return bool(times.ndim == 1 and count > 0 and positions.shape == shape
+    return bool(count > 0 and positions.shape == shape
                 and (velocities is None or velocities.shape == shape)
                 and np.isfinite(times).all() and times[0] > 0.0
                 and (count == 1 or (np.diff(times) > 0.0).all())

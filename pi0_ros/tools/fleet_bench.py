@@ -12,7 +12,8 @@ seconds, per arm: chunks per second (~/action_chunk), the engine call that made 
 stamp of its observation: synchronization, batch wait, inference and delivery), commands per
 second against control_rate, and every command checked against the joint limits. Writes
 fleet.json, fleet.png and the processes' logs (logs/) to --output. Default: the tiny random model
-on the CPU.
+on the CPU. --processes K splits the arms over K fleet processes, an engine each, as
+fleet.launch.py's processes:=K does.
 """
 import argparse
 import json
