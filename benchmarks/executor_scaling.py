@@ -50,12 +50,12 @@ from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from pi0_ros.executors import CallbackGroupThread, SharedControlTimers, ThreadBoundCallbackGroup
+from pi0_ros.executors import (CallbackGroupThread, SharedControlTimers, SWITCH_INTERVAL_S,
+                               ThreadBoundCallbackGroup)
 from pi0_ros.qos import (LATCHED, NO_PUBLISHER_EVENTS, NO_SUBSCRIPTION_EVENTS, VOLATILE_BEST_EFFORT,
                          VOLATILE_RELIABLE, warn_incompatible_publishers)
 
 CAMERAS = ('camera1', 'camera2', 'camera3')
-SWITCH_INTERVAL_S = 0.0002  # as pi0_ros.node.main and pi0_ros.fleet.main set it
 
 
 class StandInRobot(LifecycleNode):

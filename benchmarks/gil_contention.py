@@ -25,8 +25,7 @@ import numpy as np
 from pi0_ros.engine import ModelDims
 from pi0_ros.engine import rtc
 from pi0_ros.engine.config import RTCOptions, RTCRequest
-
-SWITCH_INTERVAL_S = 0.0002  # as pi0_ros.node.main and pi0_ros.fleet.main set it
+from pi0_ros.executors import SWITCH_INTERVAL_S  # as the node's and the fleet's main set it
 
 
 def time_calls(function, calls):

@@ -20,6 +20,13 @@ from rclpy.executors import (ConditionReachedException, ExternalShutdownExceptio
                              MultiThreadedExecutor, ShutdownException, SingleThreadedExecutor,
                              TimeoutException)
 
+# The GIL is handed over sooner than Python's 5 ms (sys.setswitchinterval, set by the node's and
+# the fleet's main): the control thread, which the OS runs at once (real-time priority), waits at
+# most about this long for the GIL held by the inference or the executor thread, at wake-up and
+# while it computes a tick. Measured on 2 cores with CPU inference: 0.2 ms gave a node p99 period
+# jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms 1.6-1.8 ms (benchmarks/RESULTS.md: control-rate-cpu).
+SWITCH_INTERVAL_S = 0.0002
+
 
 def make_executor(threads):
     """

@@ -29,10 +29,9 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.validate_namespace import validate_namespace
 
 from pi0_ros.executors import (CallbackGroupThread, make_executor, SharedControlTimers,
-                               spin_until_shutdown, ThreadBoundCallbackGroup)
+                               spin_until_shutdown, SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
 from pi0_ros.launch_arguments import FLEET_NODE_NAME
-from pi0_ros.node import (build_engine, close_nodes, engine_options, Pi0ControlNode,
-                          SWITCH_INTERVAL_S)
+from pi0_ros.node import build_engine, close_nodes, engine_options, Pi0ControlNode
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 

@@ -33,7 +33,7 @@ from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, Pl
                              PlannerState, validate_trajectory)
 from pi0_ros.conversions import build_joint_trajectory, float64_array
 from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
-                               ThreadBoundCallbackGroup)
+                               SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
 from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
@@ -41,12 +41,6 @@ from pi0_ros.qos import COMMAND_QOS, NO_PUBLISHER_EVENTS, REPORT_QOS
 from pi0_ros.worker import InferenceWorker, WorkerState
 
 NODE_NAME = 'pi0_ros'
-# The GIL is handed over sooner than Python's 5 ms (sys.setswitchinterval): the control thread,
-# which the OS runs at once (real-time priority), waits at most about this long for the GIL held
-# by the inference or the executor thread, at wake-up and while it computes a tick. Measured on 2
-# cores with CPU inference: 0.2 ms gave a node p99 period jitter of 1.3 ms, 0.5 ms 1.7 ms, 1 ms
-# 1.6-1.8 ms (benchmarks/RESULTS.md: control-rate-cpu).
-SWITCH_INTERVAL_S = 0.0002
 # With publish_on_chunk, a chunk that arrives less than this before the next control tick waits
 # for that tick: an extra command would gain less than it costs.
 CHUNK_TICK_MIN_LEAD_S = 0.002
@@ -324,7 +318,6 @@ class Pi0ControlNode(LifecycleNode):
         # The control timer's group gets a real-time thread of its own where permitted
         # (_start_control_thread), or the fleet's control thread serves it (control_timers).
         shared = self._control_timers
-        output = shared.group if shared is not None else ThreadBoundCallbackGroup()
         reports = MutuallyExclusiveCallbackGroup()
         self._entities.append(self.create_service(SetBool, '~/enable', self.enable_callback,
                                                   callback_group=reports))
@@ -345,6 +338,7 @@ class Pi0ControlNode(LifecycleNode):
             chunk_arrived = shared.create_guard_condition(self.chunk_arrived_callback)
             self._control_entities = [self._control_timer, chunk_arrived]
         else:
+            output = ThreadBoundCallbackGroup()
             self._control_timer = self.create_timer(period, self.control_timer_callback,
                                                     callback_group=output)
             chunk_arrived = self.create_guard_condition(self.chunk_arrived_callback,

@@ -763,8 +763,8 @@ class Runner:
         import rclpy
         from rclpy.lifecycle import TransitionCallbackReturn
 
-        from pi0_ros.executors import make_executor
-        from pi0_ros.node import Pi0ControlNode, SWITCH_INTERVAL_S
+        from pi0_ros.executors import make_executor, SWITCH_INTERVAL_S
+        from pi0_ros.node import Pi0ControlNode
         sys.setswitchinterval(SWITCH_INTERVAL_S)  # as pi0_ros.node.main
         self.rclpy = rclpy
         rclpy.init(args=['node_gap_probe'] + ros_args(parameters))
