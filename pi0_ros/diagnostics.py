@@ -136,6 +136,9 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'chunks guided (rtc)': worker.counters['rtc_guided'],
              'chunks without a plan to continue (rtc)': worker.counters['rtc_no_previous'],
              'rtc fallbacks': worker.counters['rtc_fallbacks'],
+             "calls that waited for another process's turn on the GPU":
+                 worker.counters['gpu_turn_waits'],
+             'gpu turn wait ms (all calls)': worker.counters['gpu_turn_wait_ms'],
              'language cache hits': status.language_cache_hits,
              'gpu memory used bytes': status.gpu_memory_used_bytes,
              'gpu utilization %': status.gpu_utilization_percent}),

@@ -188,7 +188,8 @@ class Pi0ControlNode(LifecycleNode):
                 lambda: build_engine(settings), self._on_chunk_result,
                 max_consecutive_failures=settings.max_consecutive_failures,
                 logger=self.get_logger(), niceness=settings.inference_niceness,
-                encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance)
+                encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance,
+                gpu_turns=settings.gpu_turns)
         else:
             try:
                 self._worker = self._worker_provider(self, settings, self._on_chunk_result,

@@ -76,6 +76,10 @@ SPECS = {
     'encode_frames_ahead': Spec(True, 'Encode each camera frame on the inference thread when it '
                                       'arrives and the thread is idle, so an observation only '
                                       'encodes the frames that were not yet encoded'),
+    'gpu_turns': Spec(True, "On a GPU: engine calls take turns with other processes' engine "
+                            'calls on the same GPU (an exclusive file lock per call), so that '
+                            'each runs as fast as alone instead of time-sliced with theirs, on '
+                            'the newest observations when its turn comes'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
@@ -205,6 +209,7 @@ class Settings:
     max_consecutive_failures: int
     inference_niceness: int
     encode_frames_ahead: bool
+    gpu_turns: bool
     camera_names: list
     camera_topics: list
     camera_transports: list

@@ -21,6 +21,7 @@ reports as executing when the call starts; without one, or where it cannot be us
 plain, counted and logged.
 """
 from collections import deque
+import contextlib
 from dataclasses import dataclass
 import enum
 import os
@@ -32,6 +33,8 @@ import numpy as np
 
 from pi0_ros.engine.config import RTCRequest
 from pi0_ros.engine.errors import InputError
+
+_ENCODE, _INFER = 'encode', 'infer'  # the inference thread's next work (InferenceWorker)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class WorkerState(enum.Enum):
 def _new_counters():
     return {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0, 'inputs_rejected': 0,
             'frames_encoded_ahead': 0, 'encode_ahead_failures': 0, 'rtc_guided': 0,
-            'rtc_no_previous': 0, 'rtc_fallbacks': 0, 'batched': 0}
+            'rtc_no_previous': 0, 'rtc_fallbacks': 0, 'batched': 0, 'gpu_turn_waits': 0,
+            'gpu_turn_wait_ms': 0}
 
 
 class WorkerClient:
@@ -188,7 +192,7 @@ class InferenceWorker:
     def __init__(self, engine_factory, on_result=None, *, max_consecutive_failures=3,
                  logger=None, name='pi0_inference', latency_window=200, niceness=0,
                  encode_frames_ahead=True, warning_period_s=5.0, guidance=None, max_batch=1,
-                 batch_wait_s=0.0):
+                 batch_wait_s=0.0, gpu_turns=False):
         """
         Create the worker (its thread starts with start()).
 
@@ -199,6 +203,8 @@ class InferenceWorker:
         actions), called on the worker thread as each call starts (Real-Time Chunking).
         max_batch: observations per engine call (the engine's own max_batch or less);
         batch_wait_s: how long the oldest ready observation may wait for other robots' to join.
+        gpu_turns: take turns on a CUDA device with other processes' engines (GpuTurns): each
+        call waits for the GPU to be free of theirs, then takes the newest observations.
         """
         if max_batch < 1 or batch_wait_s < 0:
             raise ValueError(f'max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, '
@@ -220,6 +226,8 @@ class InferenceWorker:
         self._ready = threading.Event()
         self._thread = None
         self._engine = None
+        self._gpu_turns = gpu_turns
+        self._turns = None
         self.state = WorkerState.STOPPED
         self.error = ''
         self.consecutive_failures = 0
@@ -418,6 +426,8 @@ class InferenceWorker:
             self.state = WorkerState.FAILED
             self._ready.set()
             return
+        if self._gpu_turns:
+            self._turns = self._open_turns()
         if getattr(self._engine, 'encode_frames', None) is None:
             with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
                 self._encode_frames_ahead = False
@@ -461,42 +471,25 @@ class InferenceWorker:
     def _serve(self):
         while True:
             with self._wakeup:
-                while not self._stop_requested and self._idle():
-                    self._wakeup.wait()
-                if self._stop_requested:
+                work = self._await_work()
+                if work is None:
                     return
-                ready = self._ready_clients()
-                if ready and self._batch_wait_s > 0 and len(self._clients) > 1:
-                    ready = self._fill_batch(ready)
-                    if self._stop_requested:
-                        return
-                    if self.state is WorkerState.FAILED or not ready:
-                        continue
-                if not ready:  # idle: encode one arrived frame, then look again
+                if work is _ENCODE:  # idle: encode one arrived frame, then look again
                     client = next(c for c in self._clients if c.arrived_frames)
                     camera = next(iter(client.arrived_frames))
                     frame, key = client.arrived_frames.pop(camera)
-                    batch = None
-                else:
-                    # The longest waiting first (none starves, also with fewer batch slots
-                    # than robots), then in slot order: a robot that keeps its batch slot finds
-                    # the frames it encoded ahead there.
-                    ready.sort(key=lambda c: c.waiting_since)
-                    batch = sorted(ready[:self._max_batch], key=lambda c: c.home_slot)
-                    observations = []
-                    for client in batch:
-                        observation, client.slot = client.slot, None
-                        # The call encodes the observation's own frames that are still waiting.
-                        for camera, (_, key) in list(client.arrived_frames.items()):
-                            if key in observation.frame_keys:
-                                del client.arrived_frames[camera]
-                        client.in_flight = True
-                        observations.append(observation)
-                    self.state = WorkerState.RUNNING
-            if batch is None:
+            if work is _ENCODE:
                 self._encode_ahead(client, camera, frame, key)
                 continue
-            results = self._infer(batch, observations)
+            # The batch is taken once the GPU's turn is ours (GpuTurns): the newest observations.
+            with self._turn():
+                with self._wakeup:
+                    batch, observations = self._take_batch()
+                results = self._infer(batch, observations) if batch else []
+            if batch and self._turns is not None and self._turns.last_wait_s > 0:
+                for client in batch:
+                    client.counters['gpu_turn_waits'] += 1
+                    client.counters['gpu_turn_wait_ms'] += round(self._turns.last_wait_s * 1e3)
             delivered = []
             with self._wakeup:
                 if self.state is WorkerState.RUNNING:
@@ -511,6 +504,50 @@ class InferenceWorker:
                     delivered.append((client, result))
             for client, result in delivered:
                 client.on_result(result)
+
+    def _await_work(self):
+        """Wait (under the lock) for work: None to stop, _ENCODE, or _INFER (a batch is ready)."""
+        while True:
+            while not self._stop_requested and self._idle():
+                self._wakeup.wait()
+            if self._stop_requested:
+                return None
+            ready = self._ready_clients()
+            if not ready:
+                return _ENCODE
+            if self._batch_wait_s > 0 and len(self._clients) > 1:
+                ready = self._fill_batch(ready)
+                if self._stop_requested:
+                    return None
+                if self.state is WorkerState.FAILED or not ready:
+                    continue
+            return _INFER
+
+    def _take_batch(self):
+        """Take the ready observations of one call (under the lock); ([], []) if none is left."""
+        ready = self._ready_clients()
+        if self._stop_requested or self.state is WorkerState.FAILED or not ready:
+            return [], []
+        # The longest waiting first (none starves, also with fewer batch slots than robots),
+        # then in slot order: a robot that keeps its batch slot finds the frames it encoded
+        # ahead there.
+        ready.sort(key=lambda c: c.waiting_since)
+        batch = sorted(ready[:self._max_batch], key=lambda c: c.home_slot)
+        observations = []
+        for client in batch:
+            observation, client.slot = client.slot, None
+            # The call encodes the observation's own frames that are still waiting.
+            for camera, (_, key) in list(client.arrived_frames.items()):
+                if key in observation.frame_keys:
+                    del client.arrived_frames[camera]
+            client.in_flight = True
+            observations.append(observation)
+        self.state = WorkerState.RUNNING
+        return batch, observations
+
+    def _turn(self):
+        """Return the context of one engine call: the GPU's turn (GpuTurns), or none."""
+        return self._turns if self._turns is not None else contextlib.nullcontext()
 
     def _rtc_request(self, client, observation):
         """Return the RTCRequest of this call (None: plain), counting the plain ones."""
@@ -618,7 +655,23 @@ class InferenceWorker:
                                             f'{type(error).__name__}: {error}',
                                   self._warning_period_s)
 
+    def _open_turns(self):
+        from pi0_ros.engine.gpu_turns import GpuTurns
+        try:
+            turns = GpuTurns.for_device(self.engine_device)
+        except Exception as error:  # noqa: B902 - a GPU without turns still runs
+            self._log('warning', f'no turns on the GPU with other processes '
+                                 f'({type(error).__name__}: {error}): calls may overlap theirs')
+            return None
+        if turns is not None:
+            self._log('info', f'engine calls take turns on the GPU with other processes '
+                              f'({turns.path})')
+        return turns
+
     def _release_engine(self):
+        turns, self._turns = self._turns, None
+        if turns is not None:
+            turns.close()
         engine, self._engine = self._engine, None
         close = getattr(engine, 'close', None)
         if close is not None:

@@ -1,0 +1,65 @@
+# Copyright 2026 The pi0_ros Authors
+# SPDX-License-Identifier: Apache-2.0
+"""
+Turns on a GPU that several processes' engines share: one engine call at a time.
+
+Two processes whose engine calls run on one GPU at the same time do not finish sooner: the GPU
+time-slices between their CUDA contexts, so each call takes about as long as both together, and a
+chunk waits for its own call stretched by the other's. Taking turns (an exclusive `flock` on a
+file named after the GPU's UUID, held for the call) keeps each call as short as it is alone, and
+the observation a call takes is the newest one when its turn begins. A process that dies releases
+its turn with its file descriptor. Every process of the same user on the same GPU that asks for
+turns takes part (fleet processes, control nodes), whatever its launch.
+"""
+import fcntl
+import os
+import tempfile
+import time
+
+
+class GpuTurns:
+    """An exclusive turn on one GPU among processes: `with turns:` around an engine call."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.last_wait_s = 0.0    # how long the last turn waited for another process's
+        self.waited = 0           # turns that found the GPU in another process's turn
+        self.wait_s = 0.0         # their waits in all
+
+    @classmethod
+    def for_device(cls, device, directory=None):
+        """Return the turns of a torch CUDA device (None for other devices)."""
+        import torch
+
+        device = torch.device(device)
+        if device.type != 'cuda':
+            return None
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        properties = torch.cuda.get_device_properties(index)
+        # The UUID names the physical GPU, whatever CUDA_VISIBLE_DEVICES made its index.
+        name = str(getattr(properties, 'uuid', '') or f'index{index}')
+        directory = directory or tempfile.gettempdir()
+        return cls(os.path.join(directory, f'pi0_ros_gpu_turns_{os.getuid()}_{name}.lock'))
+
+    def __enter__(self):
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.last_wait_s = 0.0
+        except BlockingIOError:
+            started = time.monotonic()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+            self.last_wait_s = time.monotonic() - started
+            self.waited += 1
+            self.wait_s += self.last_wait_s
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return False
+
+    def close(self):
+        """Close the file (a turn held is released)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
