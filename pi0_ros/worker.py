@@ -18,7 +18,8 @@ camera frames as they arrive (`offer_frame`, the engine's `encode_frames`), so t
 a frame later completes finds its features ready and only encodes the frames still new. With a
 `guidance` callback (Real-Time Chunking), each call is guided towards the plan the callback
 reports as executing when the call starts; without one, or where it cannot be used, the call runs
-plain, counted and logged.
+plain, counted and logged. With `gpu_turns`, each call waits for its turn on a GPU that other
+processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations.
 """
 from collections import deque
 import contextlib
