@@ -12,6 +12,8 @@ from pi0_ros.msg import PolicyStatus
 # The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
 # stay in its values).
 INPUT_WARN_S = 10.0
+# An engine call waiting this long for another process's turn on the GPU is reported (WARN).
+TURN_WAIT_WARN_S = 1.0
 
 
 def percentile(values, q):
@@ -110,6 +112,12 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
     """
     engine_level = {PolicyStatus.ENGINE_FAILED: ERROR,
                     PolicyStatus.ENGINE_STOPPED: WARN}.get(status.engine_state, OK)
+    engine_message = worker.state.value + (f' ({worker.error})' if worker.error else '')
+    turn_wait_s = getattr(worker, 'turn_wait_s', 0.0)
+    if turn_wait_s >= TURN_WAIT_WARN_S:
+        engine_level = max(engine_level, WARN)
+        engine_message += (f"; waiting {turn_wait_s:.1f} s for another process's turn on the GPU "
+                           '(gpu_turns)')
     output_level = OK if status.output_state == PolicyStatus.OUTPUT_FOLLOWING else WARN
     recent = last_rejection_age_s <= INPUT_WARN_S
     inputs_message = (f'{status.inputs_rejected} rejected, the last {last_rejection_age_s:.0f} s '
@@ -120,8 +128,7 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
     array.header.stamp = status.header.stamp
     array.status = [
         diagnostic_status(
-            f'{name}: engine', engine_level, worker.state.value + (
-                f' ({worker.error})' if worker.error else ''),
+            f'{name}: engine', engine_level, engine_message,
             {'latency p50 ms': status.inference_latency_p50_ms,
              'latency p99 ms': status.inference_latency_p99_ms,
              'inferences': worker.counters['inferences'],

@@ -174,6 +174,11 @@ class WorkerClient:
         """Return the engine's torch device (None before the engine exists)."""
         return self.worker.engine_device
 
+    @property
+    def turn_wait_s(self):
+        """Return how long the shared thread has been waiting for its turn on the GPU."""
+        return self.worker.turn_wait_s
+
     def engine_stats(self):
         """Return the engine's counters (empty before the engine exists)."""
         return self.worker.engine_stats()
@@ -229,6 +234,7 @@ class InferenceWorker:
         self._engine = None
         self._gpu_turns = gpu_turns
         self._turns = None
+        self._turn_wait_since = None  # monotonic time the thread began to wait for a turn
         self.state = WorkerState.STOPPED
         self.error = ''
         self.consecutive_failures = 0
@@ -401,6 +407,12 @@ class InferenceWorker:
         """Return the engine's torch device (None before the engine exists)."""
         return getattr(self._engine, 'device', None)
 
+    @property
+    def turn_wait_s(self):
+        """Return how long the thread has been waiting for its turn on the GPU (0: not)."""
+        since = self._turn_wait_since
+        return 0.0 if since is None else time.monotonic() - since
+
     def engine_stats(self):
         """Return the engine's counters (empty before the engine exists)."""
         engine = self._engine
@@ -483,7 +495,9 @@ class InferenceWorker:
                 self._encode_ahead(client, camera, frame, key)
                 continue
             # The batch is taken once the GPU's turn is ours (GpuTurns): the newest observations.
+            self._turn_wait_since = time.monotonic()
             with self._turn():
+                self._turn_wait_since = None
                 with self._wakeup:
                     batch, observations = self._take_batch()
                 results = self._infer(batch, observations) if batch else []

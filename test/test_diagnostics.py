@@ -1,9 +1,11 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
-"""The node's rate meter: rate and period jitter from the publish times."""
+"""The node's rate meter (rate and period jitter from the publish times) and its diagnostics."""
+from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
 
-from pi0_ros.diagnostics import RateMeter
+from pi0_ros.diagnostics import node_diagnostics, RateMeter
+from pi0_ros.worker import _new_counters, WorkerState
 
 
 def test_steady_ticks_give_the_rate_and_no_jitter():
@@ -24,3 +26,31 @@ def test_a_clock_that_goes_back_starts_a_new_window():
         meter.tick(1.0 + tick * 0.02)  # the new time base
     assert meter.rate() == pytest.approx(50.0)
     assert meter.jitter() == pytest.approx(0.0, abs=1e-9)
+
+
+class WaitingWorker:
+    """The worker's side the diagnostics read, its thread waiting for a turn on the GPU."""
+
+    def __init__(self, turn_wait_s):
+        self.state = WorkerState.READY
+        self.error = ''
+        self.counters = _new_counters()
+        self.turn_wait_s = turn_wait_s
+
+
+def engine_status(worker):
+    from pi0_ros.msg import PolicyStatus
+    status = PolicyStatus(engine_state=PolicyStatus.ENGINE_IDLE,
+                          output_state=PolicyStatus.OUTPUT_FOLLOWING)
+    array = node_diagnostics('pi0_ros', status, worker, {'chunks_discarded': 0,
+                                                         'commands_on_chunk': 0,
+                                                         'commands_blocked': 0},
+                             {}, [], last_rejection_age_s=float('inf'), jitter_s=0.0)
+    return next(s for s in array.status if s.name.endswith(': engine'))
+
+
+def test_a_long_wait_for_another_process_turn_on_the_gpu_is_a_warning_that_says_so():
+    short, waiting = engine_status(WaitingWorker(0.2)), engine_status(WaitingWorker(3.0))
+    assert short.level == DiagnosticStatus.OK and short.message == 'ready'
+    assert waiting.level == DiagnosticStatus.WARN
+    assert "waiting 3.0 s for another process's turn on the GPU" in waiting.message

@@ -112,10 +112,12 @@ def test_the_worker_takes_the_newest_observation_once_the_turn_is_its(tmp_path, 
         worker.submit(observation(instruction='older'))
         time.sleep(0.3)  # without turns the call would run 'older' now
         assert engine.calls == []
+        assert worker.turn_wait_s > 0.2  # what the diagnostics report
         worker.submit(observation(instruction='newer'))
     engine.gate.release()
     collector.wait()
     assert engine.calls == ['newer']
+    assert worker.turn_wait_s == 0.0
     assert worker.counters['gpu_turn_waits'] == 1
     assert worker.counters['gpu_turn_wait_ms'] >= 200
     # The next call finds the GPU free: not counted as a wait.
