@@ -51,10 +51,14 @@ def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
 def test_node_parameters_are_parsed_as_literals_else_strings():
     args = parse_args(['--node-parameter', 'control_thread_priority:=0',
                        '--node-parameter', 'inference_trigger:=horizon',
-                       '--node-parameter', 'observation_timeout:=0.75'])
+                       '--node-parameter', 'observation_timeout:=0.75',
+                       '--node-parameter', 'gpu_turns:=false',
+                       '--node-parameter', 'publish_on_chunk:=True'])
     assert args.node_parameter == [('control_thread_priority', 0),
                                    ('inference_trigger', 'horizon'),
-                                   ('observation_timeout', 0.75)]
+                                   ('observation_timeout', 0.75),
+                                   ('gpu_turns', False),
+                                   ('publish_on_chunk', True)]
     with pytest.raises(SystemExit):
         parse_args(['--node-parameter', 'control_thread_priority=0'])
 

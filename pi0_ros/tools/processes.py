@@ -24,10 +24,12 @@ FASTDDS_PROFILE_HELP = (
 
 
 def node_parameter(text):
-    """Parse NAME:=VALUE (VALUE a Python literal, else a string) into (name, value)."""
+    """Parse NAME:=VALUE (true/false as in ROS, a Python literal, else a string) into a pair."""
     name, separator, value = text.partition(':=')
     if not separator or not name:
         raise argparse.ArgumentTypeError(f"expected NAME:=VALUE, got '{text}'")
+    if value.lower() in ('true', 'false'):  # as `--ros-args -p` reads them
+        return name, value.lower() == 'true'
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
