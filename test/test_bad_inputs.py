@@ -204,7 +204,15 @@ def send_until_counted(harness, key, factory, counter, timeout=10.0):
     total_before = harness.latest_status().inputs_rejected
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        publisher(harness, key).publish(factory(harness))
+        msg = factory(harness)
+        publisher(harness, key).publish(msg)
+        if counter == 'by the engine':
+            # The frame reaches the engine only in a camera set: with the other cameras' frames
+            # of its stamp it forms one of its own. Alone, it would pair with them only when
+            # the feeder's own frame of theirs was lost (the sync takes the set of least skew).
+            for name, other in harness.feeder.image_pubs.items():
+                if name != key:
+                    other.publish(harness.feeder.image_message(name, msg.header.stamp))
         if ros.spin_until(lambda: rejection_counts(harness).get(counter, 0) > before, 0.4,
                           harness.process):
             break
