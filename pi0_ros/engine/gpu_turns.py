@@ -31,7 +31,6 @@ class GpuTurns:
         self._gate = os.open(self.path + '.gate', os.O_RDWR | os.O_CREAT, 0o600)
         self.last_wait_s = 0.0    # how long the last turn waited for other processes'
         self.waited = 0           # turns that found the GPU in another process's turn
-        self.wait_s = 0.0         # their waits in all
 
     @classmethod
     def for_device(cls, device, directory=None):
@@ -56,9 +55,7 @@ class GpuTurns:
         finally:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.last_wait_s = time.monotonic() - started if waited else 0.0
-        if waited:
-            self.waited += 1
-            self.wait_s += self.last_wait_s
+        self.waited += waited
         return self
 
     def __exit__(self, *exc):
