@@ -145,6 +145,9 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
     for arm in result['per_arm']:
         assert arm['chunks_per_s'] > 0 and arm['unsafe_commands'] == 0
         assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']
+        stages = arm['engine_stages_p50_ms']
+        assert set(stages) == {'preprocess', 'vision', 'prefix', 'denoise'}
+        assert all(ms > 0 for ms in stages.values())
         # Commands flow at about the control rate (counted on receipt in this process: with a
         # core kept busy, a fresh-clone CI run received 10 % less over these 3 s).
         assert arm['commands_per_s'] > 0 and abs(arm['command_rate_error_pct']) < 50

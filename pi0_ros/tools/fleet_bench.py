@@ -76,7 +76,8 @@ class ArmRecord:
         from pi0_ros.msg import ActionChunk, PolicyStatus
         self.robot = robot
         self.clock = node.get_clock()
-        self.command_times, self.chunks, self.state = [], [], None  # chunks: (t, engine ms, age)
+        # chunks: (t, engine ms, age, engine stage ms)
+        self.command_times, self.chunks, self.state = [], [], None
         self.unsafe = 0
         node.create_subscription(JointTrajectory, f'/{robot}/joint_trajectory', self.on_command,
                                  50)
@@ -98,7 +99,8 @@ class ArmRecord:
     def on_chunk(self, msg):
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         age_ms = (self.clock.now().nanoseconds * 1e-9 - stamp) * 1e3
-        self.chunks.append((time.monotonic(), float(msg.total_ms), age_ms))
+        stages = (msg.preprocess_ms, msg.vision_ms, msg.prefix_ms, msg.denoise_ms)
+        self.chunks.append((time.monotonic(), float(msg.total_ms), age_ms, stages))
 
     def on_status(self, msg):
         self.state = msg.output_state
@@ -107,9 +109,9 @@ class ArmRecord:
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""
         seconds = end - begin
         commands = sum(begin <= t <= end for t in self.command_times)
-        chunks = [(ms, age) for t, ms, age in self.chunks if begin <= t <= end]
-        engine = [ms for ms, _ in chunks]
-        ages = [age for _, age in chunks]
+        chunks = [(ms, age, stages) for t, ms, age, stages in self.chunks if begin <= t <= end]
+        engine = [ms for ms, _, _ in chunks]
+        ages = [age for _, age, _ in chunks]
 
         def pct(values, q):
             return round(float(np.percentile(values, q)), 2) if values else None
@@ -117,6 +119,11 @@ class ArmRecord:
         return {'robot': self.robot, 'chunks_per_s': round(len(chunks) / seconds, 2),
                 'engine_call_p50_ms': pct(engine, 50), 'engine_call_p99_ms': pct(engine, 99),
                 'chunk_latency_p50_ms': pct(ages, 50), 'chunk_latency_p99_ms': pct(ages, 99),
+                # The engine's stage times of the call (GPU events; preprocess includes the
+                # frames' upload).
+                'engine_stages_p50_ms': {
+                    name: pct([stages[index] for _, _, stages in chunks], 50)
+                    for index, name in enumerate(('preprocess', 'vision', 'prefix', 'denoise'))},
                 'commands_per_s': round(rate, 2),
                 'command_rate_error_pct': round((rate - control_rate) / control_rate * 100, 2),
                 'unsafe_commands': self.unsafe}
