@@ -312,6 +312,11 @@ class Pi0Engine:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
+        # stage_frames: a pinned host row per staged frame, and the event of its last copy.
+        self._staged_host = (torch.zeros(self._staged_frames.shape, dtype=torch.uint8,
+                                         pin_memory=True) if self._is_cuda else None)
+        self._staged_events = ([torch.cuda.Event() for _ in range(len(self._staged_frames))]
+                               if self._is_cuda else None)
         # The first denoising step's stream and its per-layer waits on the prefix (at
         # kernel_configs.FIRST_STEP_STREAM_PRIORITY).
         overlap = self._is_cuda and o.overlap_first_step
@@ -398,6 +403,9 @@ class Pi0Engine:
         """
         compute = torch.cuda.current_stream(self.device) if self._is_cuda else None
         pipelined = pipelined and self._is_cuda
+        if self._is_cuda and not pipelined \
+                and any(isinstance(source, torch.Tensor) for _, source in copies):
+            compute.wait_stream(self._copy_stream)  # staged frames' copies are queued there
         if pipelined and first:
             # Whatever the compute stream still holds from before this call (nothing after a
             # completed call) finishes before the copies overwrite the device frames; the
@@ -654,7 +662,9 @@ class Pi0Engine:
         same size copies it on the device instead of from host memory. frames and frame_keys
         map camera index -> HxWx3 uint8 frame / its hashable key (not None); each camera of
         `slot` holds one staged frame, which a newer one replaces. A key staged already is
-        skipped. Blocks until the copies are done.
+        skipped. On CUDA each frame is copied into pinned host memory and from there on the copy
+        stream, without waiting for the device: the GPU may be busy with another process's
+        call (pageable copies then wait for it, chunk by chunk).
         """
         self._check_open()
         pending = self._keyed_frames(frames, frame_keys, slot, 'staged')
@@ -668,15 +678,28 @@ class Pi0Engine:
                 if self._staged[index] is not None \
                         and self._staged_index.get(self._staged[index][0]) == index:
                     del self._staged_index[self._staged[index][0]]
-                self._staged[index] = None  # until the copy is done
-                self._copy_frames([(self._staged_frames[index], frame)], pipelined=True)
+                self._staged[index] = None  # until the copy is queued
+                self._stage_copy(index, np.ascontiguousarray(frame).reshape(-1))
                 self._staged[index] = (key, frame.shape)
                 self._staged_index[key] = index
                 copied += 1
-            if copied and self._is_cuda:
-                self._copy_stream.synchronize()
             self._stats['frames_staged'] += copied
         return copied
+
+    def _stage_copy(self, index: int, flat: np.ndarray) -> None:
+        """Copy one frame's bytes into staged frame `index` (on CUDA via pinned memory)."""
+        if not self._is_cuda:
+            with warnings.catch_warnings():
+                warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
+                self._staged_frames[index, :flat.size].copy_(torch.from_numpy(flat))
+            return
+        event = self._staged_events[index]
+        event.synchronize()  # the previous copy from this pinned row is done
+        host = self._staged_host[index, :flat.size]
+        host.numpy()[:] = flat
+        with torch.cuda.stream(self._copy_stream):
+            self._staged_frames[index, :flat.size].copy_(host, non_blocking=True)
+            event.record()
 
     def close(self) -> None:
         """Free weights, buffers and graphs (GPU memory is returned to the allocator)."""
@@ -692,6 +715,7 @@ class Pi0Engine:
             self.weights = None
             self._resizer = None
             self._copy_stream = None
+            self._staged_events = None
             self._overlap_stream = None
             self._layer_events = None
             if self._is_cuda:
