@@ -140,8 +140,6 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'vision cache hits': status.vision_cache_hits,
              'frames encoded ahead': worker.counters['frames_encoded_ahead'],
              'frames encoded ahead, failed': worker.counters['encode_ahead_failures'],
-             "frames uploaded while another process's call had the GPU":
-                 worker.counters['frames_staged'],
              'chunks guided (rtc)': worker.counters['rtc_guided'],
              'chunks without a plan to continue (rtc)': worker.counters['rtc_no_previous'],
              'rtc fallbacks': worker.counters['rtc_fallbacks'],

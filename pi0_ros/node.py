@@ -189,8 +189,7 @@ class Pi0ControlNode(LifecycleNode):
                 max_consecutive_failures=settings.max_consecutive_failures,
                 logger=self.get_logger(), niceness=settings.inference_niceness,
                 encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance,
-                gpu_turns=settings.gpu_turns,
-                upload_while_waiting=settings.upload_while_waiting)
+                gpu_turns=settings.gpu_turns)
         else:
             try:
                 self._worker = self._worker_provider(self, settings, self._on_chunk_result,

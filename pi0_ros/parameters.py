@@ -80,10 +80,6 @@ SPECS = {
                             'calls on the same GPU (an exclusive file lock per call), so that '
                             'each runs as fast as alone instead of time-sliced with theirs, on '
                             'the newest observations when its turn comes'),
-    'upload_while_waiting': Spec(True, "With gpu_turns, while another process's call has the "
-                                       'GPU: upload the camera frames that arrive '
-                                       '(encode_frames_ahead) to the GPU, so the call does not '
-                                       'copy them from host memory in its turn'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
@@ -214,7 +210,6 @@ class Settings:
     inference_niceness: int
     encode_frames_ahead: bool
     gpu_turns: bool
-    upload_while_waiting: bool
     camera_names: list
     camera_topics: list
     camera_transports: list

@@ -19,11 +19,10 @@ a frame later completes finds its features ready and only encodes the frames sti
 `guidance` callback (Real-Time Chunking), each call is guided towards the plan the callback
 reports as executing when the call starts; without one, or where it cannot be used, the call runs
 plain, counted and logged. With `gpu_turns`, each call waits for its turn on a GPU that other
-processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations;
-while it waits, it uploads the frames that arrive (the engine's `stage_frames`: a copy, no GPU
-compute), so the call does not copy them from host memory in its turn.
+processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations.
 """
 from collections import deque
+import contextlib
 from dataclasses import dataclass
 import enum
 import os
@@ -79,7 +78,6 @@ def _new_counters():
     return {'inferences': 0, 'discarded': 0, 'dropped': 0, 'failures': 0, 'inputs_rejected': 0,
             'frames_encoded_ahead': 0, 'encode_ahead_failures': 0, 'rtc_guided': 0,
             'rtc_no_previous': 0, 'rtc_fallbacks': 0, 'batched': 0, 'gpu_turn_waits': 0,
-            'frames_staged': 0,
             'gpu_turn_wait_ms': 0}
 
 
@@ -107,7 +105,6 @@ class WorkerClient:
         self.slot = None
         self.waiting_since = 0.0  # monotonic time the slot last went from empty to full
         self.arrived_frames = {}  # camera index -> (frame, key), the newest not yet encoded
-        self.staged_keys = {}     # camera index -> key of the frame last uploaded ahead
         self.epoch = 0
         self.in_flight = False
         self.attached = True
@@ -201,7 +198,7 @@ class InferenceWorker:
     def __init__(self, engine_factory, on_result=None, *, max_consecutive_failures=3,
                  logger=None, name='pi0_inference', latency_window=200, niceness=0,
                  encode_frames_ahead=True, warning_period_s=5.0, guidance=None, max_batch=1,
-                 batch_wait_s=0.0, gpu_turns=False, upload_while_waiting=True):
+                 batch_wait_s=0.0, gpu_turns=False):
         """
         Create the worker (its thread starts with start()).
 
@@ -214,8 +211,6 @@ class InferenceWorker:
         batch_wait_s: how long the oldest ready observation may wait for other robots' to join.
         gpu_turns: take turns on a CUDA device with other processes' engines (GpuTurns): each
         call waits for the GPU to be free of theirs, then takes the newest observations.
-        upload_while_waiting: meanwhile, upload the frames offered to encode ahead (the
-        engine's stage_frames, if it has one).
         """
         if max_batch < 1 or batch_wait_s < 0:
             raise ValueError(f'max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, '
@@ -238,7 +233,6 @@ class InferenceWorker:
         self._thread = None
         self._engine = None
         self._gpu_turns = gpu_turns
-        self._upload_while_waiting = upload_while_waiting
         self._turns = None
         self._turn_wait_since = None  # monotonic time the thread began to wait for a turn
         self.state = WorkerState.STOPPED
@@ -447,8 +441,6 @@ class InferenceWorker:
             return
         if self._gpu_turns:
             self._turns = self._open_turns()
-        if getattr(self._engine, 'stage_frames', None) is None:
-            self._upload_while_waiting = False
         if getattr(self._engine, 'encode_frames', None) is None:
             with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
                 self._encode_frames_ahead = False
@@ -500,19 +492,15 @@ class InferenceWorker:
                     camera = next(iter(client.arrived_frames))
                     frame, key = client.arrived_frames.pop(camera)
             if work is _ENCODE:
-                self._frame_ahead(client, camera, frame, key, upload_only=False)
+                self._encode_ahead(client, camera, frame, key)
                 continue
             # The batch is taken once the GPU's turn is ours (GpuTurns): the newest observations.
             self._turn_wait_since = time.monotonic()
-            self._await_turn()
-            try:
+            with self._turn():
                 self._turn_wait_since = None
                 with self._wakeup:
                     batch, observations = self._take_batch()
                 results = self._infer(batch, observations) if batch else []
-            finally:
-                if self._turns is not None:
-                    self._turns.release()
             if batch and self._turns is not None and self._turns.last_wait_s > 0:
                 for client in batch:
                     client.counters['gpu_turn_waits'] += 1
@@ -572,41 +560,9 @@ class InferenceWorker:
         self.state = WorkerState.RUNNING
         return batch, observations
 
-    def _await_turn(self):
-        """
-        Take the GPU's turn (GpuTurns; without turns at once).
-
-        While another process has it, upload the robots' arrived frames that are not yet
-        (upload_while_waiting): the GPU copies them beside the other process's compute.
-        """
-        turns = self._turns
-        if turns is None or turns.request():
-            return
-        while True:
-            with self._wakeup:
-                frame = None
-                while not turns.granted and frame is None:
-                    frame = self._next_frame_to_upload()
-                    if frame is None:
-                        self._wakeup.wait()  # a frame arrives, or on_granted
-                if turns.granted:
-                    return
-            self._frame_ahead(*frame, upload_only=True)
-
-    def _next_frame_to_upload(self):
-        """Return (client, camera, frame, key) of an arrived frame not uploaded, or None."""
-        if not self._upload_while_waiting:
-            return None
-        for client in self._clients:
-            for camera, (frame, key) in client.arrived_frames.items():
-                if client.staged_keys.get(camera) != key:
-                    client.staged_keys[camera] = key
-                    return client, camera, frame, key
-        return None
-
-    def _on_turn_granted(self):
-        with self._wakeup:
-            self._wakeup.notify_all()
+    def _turn(self):
+        """Return the context of one engine call: the GPU's turn (GpuTurns), or none."""
+        return self._turns if self._turns is not None else contextlib.nullcontext()
 
     def _rtc_request(self, client, observation):
         """Return the RTCRequest of this call (None: plain), counting the plain ones."""
@@ -701,18 +657,14 @@ class InferenceWorker:
             client.latencies_s.append(result.latency_s)
         return results
 
-    def _frame_ahead(self, client, camera, frame, key, upload_only):
-        """Encode (upload_only: upload) a robot's arrived frame ahead of its observation."""
+    def _encode_ahead(self, client, camera, frame, key):
         slot = {} if client.home_slot == 0 else {'slot': client.home_slot}
-        method, counter, doing = ((self._engine.stage_frames, 'frames_staged', 'uploading')
-                                  if upload_only else
-                                  (self._engine.encode_frames, 'frames_encoded_ahead', 'encoding'))
         try:
-            client.counters[counter] += method({camera: frame}, {camera: client.frame_key(key)},
-                                               **slot)
+            client.counters['frames_encoded_ahead'] += self._engine.encode_frames(
+                {camera: frame}, {camera: client.frame_key(key)}, **slot)
         except Exception as error:  # noqa: B902 - the observation's call encodes it instead
             client.counters['encode_ahead_failures'] += 1
-            client.warn_throttled('encode', f'{doing} camera {camera} ahead failed '
+            client.warn_throttled('encode', f'encoding camera {camera} ahead failed '
                                             f"({client.counters['encode_ahead_failures']} so "
                                             f'far; the observation encodes it): '
                                             f'{type(error).__name__}: {error}',
@@ -721,7 +673,7 @@ class InferenceWorker:
     def _open_turns(self):
         from pi0_ros.engine.gpu_turns import GpuTurns
         try:
-            turns = GpuTurns.for_device(self.engine_device, on_granted=self._on_turn_granted)
+            turns = GpuTurns.for_device(self.engine_device)
         except Exception as error:  # noqa: B902 - a GPU without turns still runs
             self._log('warning', f'no turns on the GPU with other processes '
                                  f'({type(error).__name__}: {error}): calls may overlap theirs')

@@ -54,12 +54,3 @@ def test_a_long_wait_for_another_process_turn_on_the_gpu_is_a_warning_that_says_
     assert short.level == DiagnosticStatus.OK and short.message == 'ready'
     assert waiting.level == DiagnosticStatus.WARN
     assert "waiting 3.0 s for another process's turn on the GPU" in waiting.message
-
-
-def test_the_engine_status_counts_the_turns_waited_and_the_frames_uploaded_meanwhile():
-    worker = WaitingWorker(0.0)
-    worker.counters.update(gpu_turn_waits=7, gpu_turn_wait_ms=350, frames_staged=42)
-    values = {v.key: v.value for v in engine_status(worker).values}
-    assert values["calls that waited for another process's turn on the GPU"] == '7'
-    assert values['gpu turn wait ms (all calls)'] == '350'
-    assert values["frames uploaded while another process's call had the GPU"] == '42'

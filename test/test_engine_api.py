@@ -46,8 +46,7 @@ def test_attributes_and_result_type(shared_engine):
     assert shared_engine.device == torch.device('cpu')
     assert shared_engine.dtype == torch.float32  # 'auto' on the CPU
     assert set(shared_engine.stats) == {'vision_cache_hits', 'language_cache_hits', 'calls',
-                                        'frames_encoded_ahead', 'frames_staged',
-                                        'staged_frames_used'}
+                                        'frames_encoded_ahead'}
 
 
 def test_same_noise_same_chunk_and_fresh_noise_differs(shared_engine):
@@ -202,62 +201,6 @@ def test_encode_frames_rejects_bad_input():
     assert pi0.stats['frames_encoded_ahead'] == 0
     # numpy integers are camera indices like ints (e.g. from np.arange)
     assert pi0.encode_frames({np.int64(1): frames[1]}, {np.int64(1): 'key'}) == 1
-
-
-def test_staged_frames_are_used_by_key_and_size_and_give_the_same_chunk():
-    pi0 = make_engine(max_batch=2)
-    frames, state, noise = observation(14)
-    keys = [(400, 'cam0'), (400, 'cam1')]
-    fresh = make_engine().infer(frames, state, 'grasp', noise=noise).actions
-    assert pi0.stage_frames(dict(enumerate(frames)), dict(enumerate(keys))) == 2
-    assert pi0.stage_frames({1: frames[1]}, {1: keys[1]}) == 0  # staged already
-    # The staged bytes are what the call encodes: the host arrays are not read again.
-    host_copies = [frame.copy() for frame in frames]
-    for frame in frames:
-        frame[:] = 0
-    staged = pi0.infer(frames, state, 'grasp', frame_keys=keys, noise=noise)
-    np.testing.assert_allclose(staged.actions, fresh, rtol=1e-5, atol=1e-5)
-    assert staged.vision_cache_hits == 0  # staged is uploaded, not encoded
-    assert pi0.stats['frames_staged'] == 2 and pi0.stats['staged_frames_used'] == 2
-    # Found by key from any slot (here observation 1 of a batch), and encode_frames uses it.
-    other, other_state, _ = observation(15)
-    other_keys = [(500, 'cam0'), (500, 'cam1')]
-    assert pi0.stage_frames({0: other[0]}, {0: other_keys[0]}, slot=1) == 1
-    assert pi0.encode_frames({0: np.zeros_like(other[0])}, {0: other_keys[0]}, slot=1) == 1
-    results = pi0.infer_batch([(host_copies, state, 'grasp', [(401, 'c0'), (401, 'c1')], noise),
-                               (other, other_state, 'grasp', other_keys, noise)])
-    alone = make_engine().infer(other, other_state, 'grasp', noise=noise).actions
-    np.testing.assert_allclose(results[1].actions, alone, rtol=1e-5, atol=1e-5)
-    assert pi0.stats['staged_frames_used'] == 3
-    # A newer frame staged for a camera replaces the older one; a key of another size, or a
-    # frame without a key, is copied from the host.
-    newer = observation(16)[0][0]
-    assert pi0.stage_frames({0: newer}, {0: (402, 'cam0')}) == 1
-    replaced = pi0.infer(host_copies, state, 'grasp', frame_keys=keys, noise=noise)
-    np.testing.assert_allclose(replaced.actions, fresh, rtol=1e-5, atol=1e-5)
-    assert pi0.stats['staged_frames_used'] == 4  # camera 1 only
-    resized = observation(16, shapes=((96, 128, 3), (224, 224, 3)))[0]
-    assert pi0.stage_frames({0: resized[0]}, {0: (403, 'cam0')}) == 1
-    pi0.infer([frames[0], host_copies[1]], state, 'grasp', frame_keys=[(403, 'cam0'), None],
-              noise=noise)
-    assert pi0.stats['staged_frames_used'] == 4
-
-
-def test_stage_frames_rejects_bad_input():
-    pi0 = make_engine()
-    frames, _, _ = observation(17)
-    with pytest.raises(InputError, match='same cameras'):
-        pi0.stage_frames({0: frames[0]}, {1: 'key'})
-    with pytest.raises(InputError, match='staged needs a key'):
-        pi0.stage_frames({0: frames[0]}, {0: None})
-    with pytest.raises(InputError, match='slot'):
-        pi0.stage_frames({0: frames[0]}, {0: 'key'}, slot=1)
-    with pytest.raises(InputError, match='uint8'):
-        pi0.stage_frames({0: frames[0].astype(np.float32)}, {0: 'key'})
-    assert pi0.stats['frames_staged'] == 0
-    pi0.close()
-    with pytest.raises(EngineError, match='closed'):
-        pi0.stage_frames({0: frames[0]}, {0: 'key'})
 
 
 def test_first_denoising_step_in_the_prefix_stage_gives_the_same_chunk():

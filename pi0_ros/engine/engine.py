@@ -70,9 +70,6 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
     return {
         '_device_frames': ((max_batch * cams, max_frame_height * max_frame_width * 3),
                            torch.uint8),
-        # Frames uploaded ahead of their call (stage_frames), one per batch slot and camera.
-        '_staged_frames': ((max_batch * cams, max_frame_height * max_frame_width * 3),
-                           torch.uint8),
         '_pixels': ((max_batch * cams, 3, d.image_size, d.image_size), torch.float32),
         '_vision_out': ((max_batch * cams, d.tokens_per_image, d.prefix_width), dtype),
         '_prefix_embeds': ((max_batch, prefix_length, d.prefix_width), dtype),
@@ -222,10 +219,7 @@ class Pi0Engine:
         self._prompt_lengths = prompt_buckets(dims.tokenizer_max_length, options.prompt_buckets,
                                               options.max_batch)
         self._stats = {'vision_cache_hits': 0, 'language_cache_hits': 0, 'calls': 0,
-                       'frames_encoded_ahead': 0, 'frames_staged': 0, 'staged_frames_used': 0}
-        # stage_frames: frame key -> index of _staged_frames, and each index's (key, shape).
-        self._staged_index = {}
-        self._staged = [None] * (options.max_batch * num_cameras)
+                       'frames_encoded_ahead': 0}
         self._image_tokens = num_cameras * dims.tokens_per_image
         self._prefix_length = self._image_tokens + dims.tokenizer_max_length
         with torch.inference_mode(False), torch.no_grad():
@@ -312,11 +306,6 @@ class Pi0Engine:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(o.seed)
         self._copy_stream = torch.cuda.Stream(device=dev) if self._is_cuda else None
-        # stage_frames: a pinned host row per staged frame, and the event of its last copy.
-        self._staged_host = (torch.zeros(self._staged_frames.shape, dtype=torch.uint8,
-                                         pin_memory=True) if self._is_cuda else None)
-        self._staged_events = ([torch.cuda.Event() for _ in range(len(self._staged_frames))]
-                               if self._is_cuda else None)
         # The first denoising step's stream and its per-layer waits on the prefix (at
         # kernel_configs.FIRST_STEP_STREAM_PRIORITY).
         overlap = self._is_cuda and o.overlap_first_step
@@ -369,44 +358,18 @@ class Pi0Engine:
 
     def _upload(self, pending: list, start: int, stop: int, pipelined: bool) -> None:
         """
-        Copy pending frames start..stop-1 into the device frames.
+        Copy pending frames start..stop-1 from their numpy arrays into the device frames.
 
-        A frame staged on the device (stage_frames) under its key is copied from there; the
-        others from their numpy arrays.
-        """
-        copies = []
-        for index in range(start, stop):
-            _, _, key, frame = pending[index]
-            staged = self._staged_copy(key, frame)
-            copies.append((self._device_frames[index], frame if staged is None else staged))
-        self._copy_frames(copies, pipelined, first=start == 0)
-
-    def _staged_copy(self, key, frame: np.ndarray):
-        """Return the staged device bytes of this frame (None: not staged, or not this size)."""
-        index = self._staged_index.get(key) if key is not None else None
-        if index is None or self._staged[index] != (key, frame.shape):
-            return None
-        self._stats['staged_frames_used'] += 1
-        return self._staged_frames[index, :frame.size]
-
-    def _copy_frames(self, copies: list, pipelined: bool, first: bool = True) -> None:
-        """
-        Copy frames [(device row, numpy frame or device bytes)] to the start of their rows.
-
-        From numpy straight (pageable memory; CUDA stages the bytes, and each copy has read
-        its array when it returns): measured faster on the H200 host than a copy into
+        Straight from the arrays (pageable memory; CUDA stages the bytes, and each copy has
+        read its array when it returns): measured faster on the H200 host than a copy into
         pinned memory first, on one thread or several (upload_ab.json: benchmarks/ledger.json
         record exp-buckets-upload-ablation).
         Pipelined, the copies run on a copy stream that the compute stream then waits for, so
-        they overlap the vision encoder of earlier frames; the first copies of a call wait
-        for what the compute stream still holds from before.
+        they overlap the vision encoder of earlier frames.
         """
         compute = torch.cuda.current_stream(self.device) if self._is_cuda else None
         pipelined = pipelined and self._is_cuda
-        if self._is_cuda and not pipelined \
-                and any(isinstance(source, torch.Tensor) for _, source in copies):
-            compute.wait_stream(self._copy_stream)  # staged frames' copies are queued there
-        if pipelined and first:
+        if pipelined and start == 0:
             # Whatever the compute stream still holds from before this call (nothing after a
             # completed call) finishes before the copies overwrite the device frames; the
             # later parts' copies then overlap the encoder of the first.
@@ -415,10 +378,10 @@ class Pi0Engine:
                 warnings.catch_warnings():
             # Frames decoded from ROS messages are read-only views; they are only read here.
             warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
-            for row, source in copies:
-                if isinstance(source, np.ndarray):
-                    source = torch.from_numpy(np.ascontiguousarray(source).reshape(-1))
-                row[:source.numel()].copy_(source, non_blocking=self._is_cuda)
+            for index in range(start, stop):
+                frame = np.ascontiguousarray(pending[index][3]).reshape(-1)
+                self._device_frames[index, :frame.size].copy_(
+                    torch.from_numpy(frame), non_blocking=self._is_cuda)
         if pipelined:
             compute.wait_stream(self._copy_stream)
 
@@ -641,7 +604,19 @@ class Pi0Engine:
         features are computed.
         """
         self._check_open()
-        pending = self._keyed_frames(frames, frame_keys, slot, 'encoded ahead')
+        if set(frames) != set(frame_keys):
+            raise InputError('frames and frame_keys must name the same cameras')
+        slot = _index('slot', slot, self.options.max_batch)
+        cameras = {_index('camera index', cam, self.num_cameras): (frame, frame_keys[cam])
+                   for cam, frame in frames.items()}
+        pending = []
+        for cam in sorted(cameras):
+            frame, key = cameras[cam]
+            self._check_frame('', cam, frame)
+            self._check_frame_key('', key)
+            if key is None:
+                raise InputError(f'camera {cam}: a frame encoded ahead needs a key')
+            pending.append((slot, cam, key, frame))
         with self._lock, torch.inference_mode():
             self._check_open()
             pending = [item for item in pending
@@ -652,54 +627,6 @@ class Pi0Engine:
             self._remember_frame_keys(pending)
             self._stats['frames_encoded_ahead'] += len(pending)
         return len(pending)
-
-    def stage_frames(self, frames: dict, frame_keys: dict, slot: int = 0) -> int:
-        """
-        Upload camera frames to the device ahead of their call; return how many were copied.
-
-        Only a copy (no GPU compute, so it can run while another process has the GPU's turn,
-        gpu_turns): a later call or encode_frames() that names the same key for a frame of the
-        same size copies it on the device instead of from host memory. frames and frame_keys
-        map camera index -> HxWx3 uint8 frame / its hashable key (not None); each camera of
-        `slot` holds one staged frame, which a newer one replaces. A key staged already is
-        skipped. On CUDA each frame is copied into pinned host memory and from there on the copy
-        stream, without waiting for the device: the GPU may be busy with another process's
-        call (pageable copies then wait for it, chunk by chunk).
-        """
-        self._check_open()
-        pending = self._keyed_frames(frames, frame_keys, slot, 'staged')
-        with self._lock, torch.inference_mode():
-            self._check_open()
-            copied = 0
-            for slot, cam, key, frame in pending:
-                index = slot * self.num_cameras + cam
-                if self._staged[index] == (key, frame.shape):
-                    continue
-                if self._staged[index] is not None \
-                        and self._staged_index.get(self._staged[index][0]) == index:
-                    del self._staged_index[self._staged[index][0]]
-                self._staged[index] = None  # until the copy is queued
-                self._stage_copy(index, np.ascontiguousarray(frame).reshape(-1))
-                self._staged[index] = (key, frame.shape)
-                self._staged_index[key] = index
-                copied += 1
-            self._stats['frames_staged'] += copied
-        return copied
-
-    def _stage_copy(self, index: int, flat: np.ndarray) -> None:
-        """Copy one frame's bytes into staged frame `index` (on CUDA via pinned memory)."""
-        if not self._is_cuda:
-            with warnings.catch_warnings():
-                warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
-                self._staged_frames[index, :flat.size].copy_(torch.from_numpy(flat))
-            return
-        event = self._staged_events[index]
-        event.synchronize()  # the previous copy from this pinned row is done
-        host = self._staged_host[index, :flat.size]
-        host.numpy()[:] = flat
-        with torch.cuda.stream(self._copy_stream):
-            self._staged_frames[index, :flat.size].copy_(host, non_blocking=True)
-            event.record()
 
     def close(self) -> None:
         """Free weights, buffers and graphs (GPU memory is returned to the allocator)."""
@@ -715,7 +642,6 @@ class Pi0Engine:
             self.weights = None
             self._resizer = None
             self._copy_stream = None
-            self._staged_events = None
             self._overlap_stream = None
             self._layer_events = None
             if self._is_cuda:
@@ -748,23 +674,6 @@ class Pi0Engine:
             raise InputError(f'{where}frame {cam} is {frame.shape[1]}x{frame.shape[0]}: more '
                              f'than {self.dims.image_size}:1, too thin to resize to '
                              f'{self.dims.image_size}x{self.dims.image_size}')
-
-    def _keyed_frames(self, frames: dict, frame_keys: dict, slot, purpose: str) -> list:
-        """Check frames/frame_keys {camera: ...} of one slot: [(slot, cam, key, frame)]."""
-        if set(frames) != set(frame_keys):
-            raise InputError('frames and frame_keys must name the same cameras')
-        slot = _index('slot', slot, self.options.max_batch)
-        cameras = {_index('camera index', cam, self.num_cameras): (frame, frame_keys[cam])
-                   for cam, frame in frames.items()}
-        pending = []
-        for cam in sorted(cameras):
-            frame, key = cameras[cam]
-            self._check_frame('', cam, frame)
-            self._check_frame_key('', key)
-            if key is None:
-                raise InputError(f'camera {cam}: a frame {purpose} needs a key')
-            pending.append((slot, cam, key, frame))
-        return pending
 
     @staticmethod
     def _check_frame_key(where: str, key) -> None:

@@ -19,35 +19,21 @@ wakes up (on a busy 2-core host, one process took up to 96 turns in a row).
 import fcntl
 import os
 import tempfile
-import threading
 import time
 
 
 class GpuTurns:
-    """
-    An exclusive turn on one GPU among processes: `with turns:` around an engine call.
+    """An exclusive turn on one GPU among processes: `with turns:` around an engine call."""
 
-    Or, to do other work while another process has the turn: request() (True: the turn is
-    ours), else poll `granted` (on_granted, if given, is called from a helper thread when
-    it becomes True), then release().
-    """
-
-    def __init__(self, path, on_granted=None):
+    def __init__(self, path):
         self.path = str(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self._gate = os.open(self.path + '.gate', os.O_RDWR | os.O_CREAT, 0o600)
-        self._on_granted = on_granted
         self.last_wait_s = 0.0    # how long the last turn waited for other processes'
         self.waited = 0           # turns that found the GPU in another process's turn
-        self._granted = threading.Event()
-        self._wanted = threading.Event()     # the helper thread's next wait, asked by request()
-        self._gate_held = False              # request() took the gate: the helper keeps it
-        self._requested_at = 0.0
-        self._helper = None
-        self._closed = False
 
     @classmethod
-    def for_device(cls, device, directory=None, on_granted=None):
+    def for_device(cls, device, directory=None):
         """Return the turns of a torch CUDA device (None for other devices)."""
         import torch
 
@@ -59,90 +45,36 @@ class GpuTurns:
         # The UUID names the physical GPU, whatever CUDA_VISIBLE_DEVICES made its index.
         name = str(getattr(properties, 'uuid', '') or f'index{index}')
         directory = directory or tempfile.gettempdir()
-        return cls(os.path.join(directory, f'pi0_ros_gpu_turns_{os.getuid()}_{name}.lock'),
-                   on_granted=on_granted)
-
-    @property
-    def granted(self):
-        """Whether the turn asked for by request() is ours."""
-        return self._granted.is_set()
-
-    def request(self):
-        """
-        Ask for the turn: True if it is ours now; else a helper thread waits for it.
-
-        In line behind the process waiting for the turn, if any (the gate).
-        """
-        self._requested_at = time.monotonic()
-        self._granted.clear()
-        self._gate_held = _try_lock(self._gate)
-        if self._gate_held and _try_lock(self._fd):
-            fcntl.flock(self._gate, fcntl.LOCK_UN)
-            self._gate_held = False
-            self.last_wait_s = 0.0
-            self._granted.set()
-            return True
-        if self._helper is None:
-            self._helper = threading.Thread(target=self._wait_for_turns, daemon=True,
-                                            name='pi0_gpu_turns')
-            self._helper.start()
-        self._wanted.set()
-        return False
-
-    def wait(self):
-        """Block until the turn asked for by request() is ours."""
-        self._granted.wait()
-
-    def release(self):
-        """Give the turn back."""
-        self._granted.clear()
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return cls(os.path.join(directory, f'pi0_ros_gpu_turns_{os.getuid()}_{name}.lock'))
 
     def __enter__(self):
-        if not self.request():
-            self.wait()
+        started = time.monotonic()
+        waited = _lock(self._gate)  # in line behind the process waiting for the turn, if any
+        try:
+            waited = _lock(self._fd) or waited
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.last_wait_s = time.monotonic() - started if waited else 0.0
+        self.waited += waited
         return self
 
     def __exit__(self, *exc):
-        self.release()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
         return False
 
-    def _wait_for_turns(self):
-        while True:
-            self._wanted.wait()
-            self._wanted.clear()
-            if self._closed:
-                return
-            try:
-                if not self._gate_held:
-                    fcntl.flock(self._gate, fcntl.LOCK_EX)  # releases the GIL while it waits
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX)
-                finally:
-                    fcntl.flock(self._gate, fcntl.LOCK_UN)
-                    self._gate_held = False
-            except OSError:  # closed under it
-                return
-            self.last_wait_s = time.monotonic() - self._requested_at
-            self.waited += 1
-            self._granted.set()
-            if self._on_granted is not None:
-                self._on_granted()
-
     def close(self):
-        """Close the files (a turn held is released); call with no request() waiting."""
-        self._closed = True
-        self._wanted.set()
+        """Close the files (a turn held is released)."""
         for fd in (self._fd, self._gate):
             if fd >= 0:
                 os.close(fd)
         self._fd = self._gate = -1
 
 
-def _try_lock(fd):
-    """Take an exclusive flock if it is free; return whether it was."""
+def _lock(fd):
+    """Take an exclusive flock; return whether another holder made it wait."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
         return False
+    except BlockingIOError:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # releases the GIL while it waits
+        return True
