@@ -11,7 +11,8 @@
 #   device: OUT=$OUT bash benchmarks/run_fleet_profile.sh
 #           (carry ['.whl', '.gpusoak', 'benchmarks/node_gap/wheels'])
 # Settings (environment): ARMS (8), MODES (rtc,blend), FLEET_ARGS ('--max-batch 4'),
-# DURATION (15 s recorded per run), PROFILE_AFTER (45 s from the fleet's start), PROFILE_S (10).
+# DURATION (15 s recorded per run), PROFILE_AFTER (45 s from the fleet's start), PROFILE_S (10),
+# PYSPY_ARGS (--idle; --gil samples only the thread that holds the GIL: what the others wait on).
 # A mode is a chunk hand-over, optionally with another parameter of every node after a slash:
 # MODES=blend,blend/gil_switch_interval:=0.00005 (run folder blend_gil_switch_interval_0.00005).
 # Out: $OUT/<run>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per run
@@ -45,7 +46,7 @@ for entry in "${entries[@]}"; do
   pid="$(pgrep -f 'pi0_ros.fleet ' | head -1)"
   if [ -n "$pid" ]; then
     /tmp/pyspy/bin/py-spy record --pid "$pid" --duration "${PROFILE_S:-10}" --rate 200 \
-      --idle --threads --format raw --output "$OUT/$mode/pyspy.txt" --nonblocking \
+      ${PYSPY_ARGS:---idle} --threads --format raw --output "$OUT/$mode/pyspy.txt" --nonblocking \
       > "$OUT/$mode/pyspy.log" 2>&1
   else
     echo "no fleet process to profile"
