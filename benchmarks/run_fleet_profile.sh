@@ -45,6 +45,7 @@ for entry in "${entries[@]}"; do
   sleep "${PROFILE_AFTER:-45}"
   pid="$(pgrep -f 'pi0_ros.fleet ' | head -1)"
   if [ -n "$pid" ]; then
+    # shellcheck disable=SC2086
     /tmp/pyspy/bin/py-spy record --pid "$pid" --duration "${PROFILE_S:-10}" --rate 200 \
       ${PYSPY_ARGS:---idle} --threads --format raw --output "$OUT/$mode/pyspy.txt" --nonblocking \
       > "$OUT/$mode/pyspy.log" 2>&1
