@@ -43,20 +43,6 @@ ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision
                    'gpu_turns')
 # The random model's normalization comes from the joint limits: they must agree too.
 RANDOM_MODEL_SETTINGS = ('position_lower', 'position_upper')
-# gil_switch_interval 0 (automatic): a process of up to FEW_ROBOTS robots hands the GIL on after
-# 0.05 ms, a larger one after the nodes' 0.2 ms. 8 arms on an H100 (record
-# fleet-gil-switch-h100): in 2 processes of 4, 0.05 ms gave engine calls of 48.1 ms against 56.0
-# and 10.3 chunks/s per arm against 8.75 (blend; rtc 7.95 against 6.6), commands at 50 Hz; in one
-# process of 8 it also gave more chunks, but the slowest arm's commands fell from 37.8 to 30.8 Hz.
-FEW_ROBOTS = 4
-FEW_ROBOTS_SWITCH_INTERVAL_S = 0.00005
-
-
-def gil_switch_interval(chosen, robots):
-    """Return the process's GIL switch interval: chosen (s), or for 0 by its robot count."""
-    if chosen:
-        return chosen
-    return FEW_ROBOTS_SWITCH_INTERVAL_S if robots <= FEW_ROBOTS else SWITCH_INTERVAL_S
 
 
 def fleet_batch_buckets(robots):
@@ -180,11 +166,10 @@ def _declare_fleet_parameters(node):
                     'and less GPU memory, fewer chunks per robot)'))
     node.declare_parameter('gpu_memory_budget', 0.0, ParameterDescriptor(
         description='GiB of GPU memory the engine may use; 0 = the memory free when it loads'))
-    node.declare_parameter('gil_switch_interval', 0.0, ParameterDescriptor(
+    node.declare_parameter('gil_switch_interval', SWITCH_INTERVAL_S, ParameterDescriptor(
         description='Seconds a Python thread may hold the GIL while another waits for it '
-                    '(sys.setswitchinterval; 1e-5..0.005; 0 = 0.00005 for up to 4 robots in '
-                    'the process, else 0.0002): shorter, and the inference and control threads '
-                    'wait less behind the busy executor', read_only=True))
+                    '(sys.setswitchinterval; 1e-5..0.005): shorter, and the inference and '
+                    'control threads wait less behind the busy executor', read_only=True))
 
 
 def start_control_thread(fleet, nodes, timers):
@@ -236,15 +221,10 @@ def main(args=None):
             batch_wait = float(fleet.get_parameter('batch_wait').value)
             budget = float(fleet.get_parameter('gpu_memory_budget').value)
             max_batch = int(fleet.get_parameter('max_batch').value)
-            chosen = float(fleet.get_parameter('gil_switch_interval').value)
-            if chosen != 0.0 and not 1e-5 <= chosen <= 0.005:
-                raise ParameterError('gil_switch_interval', chosen,
-                                     'needs 0 (automatic) or 1e-5..0.005 s')
-            switch_interval = gil_switch_interval(chosen, len(robots))
+            switch_interval = float(fleet.get_parameter('gil_switch_interval').value)
+            if not 1e-5 <= switch_interval <= 0.005:
+                raise ParameterError('gil_switch_interval', switch_interval, 'needs 1e-5..0.005 s')
             sys.setswitchinterval(switch_interval)  # before the worker and control threads
-            fleet.get_logger().info(
-                f'GIL switch interval {switch_interval * 1e3:g} ms'
-                + ('' if chosen else f' (automatic: {len(robots)} robot(s) in this process)'))
             if not 0.0 <= batch_wait <= 1.0 or budget < 0.0:
                 raise ParameterError('batch_wait', batch_wait,
                                      'needs 0..1 s (and gpu_memory_budget >= 0)')

@@ -137,14 +137,11 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
     assert result['processes'] == processes
     assert [arm['robot'] for arm in result['per_arm']] == ['arm1', 'arm2', 'arm3']
     if processes == 1:
-        log = (tmp_path / 'logs' / 'fleet_3.log').read_text()
-        assert 'batches of up to 2' in log
-        assert 'GIL switch interval 0.05 ms (automatic: 3 robot(s) in this process)' in log
+        assert 'batches of up to 2' in (tmp_path / 'logs' / 'fleet_3.log').read_text()
     else:
         logs = [(tmp_path / 'logs' / f'fleet_3_{i}.log').read_text() for i in (1, 2)]
         assert '[fleet1.pi0_fleet]: 2 of 2 robots active' in logs[0]
         assert '[fleet2.pi0_fleet]: 1 of 1 robots active' in logs[1]
-        assert 'GIL switch interval 0.05 ms (automatic: 1 robot(s) in this process)' in logs[1]
     for arm in result['per_arm']:
         assert arm['chunks_per_s'] > 0 and arm['unsafe_commands'] == 0
         assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']
@@ -201,12 +198,4 @@ def test_a_gil_switch_interval_out_of_range_stops_the_fleet_with_a_message(start
     process = start_process('pi0_ros.fleet', parameters={**FLEET_PARAMETERS,
                                                          'gil_switch_interval': 0.5})
     assert process.wait(timeout=30.0) == 1
-    assert "'gil_switch_interval' = 0.5: needs 0 (automatic) or 1e-5..0.005 s" \
-        in process.output()
-
-
-def test_the_gil_switch_interval_is_shorter_for_a_process_of_few_robots():
-    from pi0_ros.fleet import gil_switch_interval
-    assert gil_switch_interval(0.0, 1) == gil_switch_interval(0.0, 4) == 0.00005
-    assert gil_switch_interval(0.0, 5) == gil_switch_interval(0.0, 8) == 0.0002
-    assert gil_switch_interval(0.001, 2) == gil_switch_interval(0.001, 8) == 0.001
+    assert "'gil_switch_interval' = 0.5: needs 1e-5..0.005 s" in process.output()
