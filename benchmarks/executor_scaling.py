@@ -50,8 +50,8 @@ from std_msgs.msg import Bool, String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from pi0_ros.executors import (CallbackGroupThread, SharedControlTimers, SWITCH_INTERVAL_S,
-                               ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, reuse_large_allocations, SharedControlTimers,
+                               SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
 from pi0_ros.qos import (LATCHED, NO_PUBLISHER_EVENTS, NO_SUBSCRIPTION_EVENTS, VOLATILE_BEST_EFFORT,
                          VOLATILE_RELIABLE, warn_incompatible_publishers)
 
@@ -273,6 +273,9 @@ def main(argv=None):
     parser.add_argument('--height', type=int, default=48)
     parser.add_argument('--switch-interval', type=float, default=SWITCH_INTERVAL_S,
                         help='sys.setswitchinterval (s)')
+    parser.add_argument('--reuse-large-allocations', action='store_true',
+                        help='in the measured process only (not the feeder), as the node and '
+                             'the fleet set it: pi0_ros.executors.reuse_large_allocations')
     parser.add_argument('--json', default='')
     parser.add_argument('--feed', type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -280,6 +283,8 @@ def main(argv=None):
         feed(args.feed, args.camera_rate, args.joint_rate, args.width, args.height)
         return 0
     sys.setswitchinterval(args.switch_interval)
+    if args.reuse_large_allocations and not reuse_large_allocations():
+        raise SystemExit('mallopt is not available here (not glibc)')
     runs = []
     for arms in [int(n) for n in args.arms.split(',')]:
         for mode in args.modes.split(','):
@@ -289,6 +294,7 @@ def main(argv=None):
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'python': platform.python_version(), 'cpus': os.cpu_count(),
               'switch_interval_s': args.switch_interval, 'frame': [args.width, args.height],
+              'reuse_large_allocations': args.reuse_large_allocations,
               'camera_rate': args.camera_rate, 'joint_rate': args.joint_rate, 'runs': runs}
     if args.json:
         with open(args.json, 'w') as stream:

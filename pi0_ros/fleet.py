@@ -28,8 +28,9 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.validate_namespace import validate_namespace
 
-from pi0_ros.executors import (CallbackGroupThread, make_executor, SharedControlTimers,
-                               spin_until_shutdown, SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, make_executor, reuse_large_allocations,
+                               SharedControlTimers, spin_until_shutdown, SWITCH_INTERVAL_S,
+                               ThreadBoundCallbackGroup)
 from pi0_ros.launch_arguments import FLEET_NODE_NAME
 from pi0_ros.node import build_engine, close_nodes, engine_options, Pi0ControlNode
 from pi0_ros.parameters import ParameterError
@@ -209,6 +210,7 @@ def read_robots(node):
 
 def main(args=None):
     """Run one control node per robot on one engine; exit code 1 if no robot can start."""
+    reuse_large_allocations()
     rclpy.init(args=args)
     fleet = executor = control = None
     nodes = []

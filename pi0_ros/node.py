@@ -32,8 +32,8 @@ from pi0_ros import diagnostics
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, PlannerConfig,
                              PlannerState, validate_trajectory)
 from pi0_ros.conversions import build_joint_trajectory, float64_array
-from pi0_ros.executors import (CallbackGroupThread, make_executor, spin_until_shutdown,
-                               SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, make_executor, reuse_large_allocations,
+                               spin_until_shutdown, SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
 from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
@@ -876,6 +876,7 @@ class Pi0ControlNode(LifecycleNode):
 def main(args=None):
     """Run the control node; exit code 1 if it cannot be configured."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    reuse_large_allocations()
     rclpy.init(args=args)
     node = executor = None
     exit_code = 0

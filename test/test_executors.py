@@ -5,7 +5,10 @@ The control timer's own thread, and the fleet's control timers shared per period
 
 The thread: only it runs its group, it stops, it reports, its priority.
 """
+import ctypes
 import os
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -252,3 +255,34 @@ def test_destroying_a_share_leaves_the_others_ticking_and_the_last_removes_the_t
     assert list(node.timers) == [] and list(node.guards) == []
     assert arm2.time_until_next_call() is None
     timers.destroy(arm2)  # a second destroy is harmless
+
+
+MAPPED_BLOCKS = """
+import ctypes, sys
+import numpy as np
+from pi0_ros.executors import reuse_large_allocations
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks', 'fsmblks', 'uordblks',
+        'fordblks', 'keepcost')]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == 'tuned':
+    assert reuse_large_allocations()
+before = libc.mallinfo2().hblks
+frame = np.ones(8_000_000, np.uint8)  # the first buffer of its size: mapped by default
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.parametrize('tuned', [False, True])
+def test_large_buffers_come_from_the_heap_once_reuse_is_set(tuned):
+    if not hasattr(ctypes.CDLL(None), 'mallinfo2'):
+        pytest.skip('needs glibc 2.33 or newer')
+    output = subprocess.run([sys.executable, '-c', MAPPED_BLOCKS, 'tuned' if tuned else 'plain'],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    assert int(output.strip()) == (0 if tuned else 1)  # mmapped blocks the 8 MB frame added
