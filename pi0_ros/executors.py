@@ -44,7 +44,7 @@ def reuse_large_allocations():
     after them, and each new buffer then faults its pages in again, while the executor holds
     the GIL. With 4 stand-in robots of 3x 640x480 cameras at 30 Hz on 2 cores (record
     executor-scaling-large-frames-cpu) it cut the process's CPU by a sixth and the messages'
-    delay p99 from 16.4 to 6.2 ms. False where the C library has no mallopt (not glibc).
+    delay p99 from 17.3 to 6.1 ms. False where the C library has no mallopt (not glibc).
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt
