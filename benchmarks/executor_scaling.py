@@ -284,7 +284,8 @@ def main(argv=None):
         return 0
     sys.setswitchinterval(args.switch_interval)
     if args.reuse_large_allocations and not reuse_large_allocations():
-        raise SystemExit('mallopt is not available here (not glibc)')
+        raise SystemExit('reuse_large_allocations did not take (not glibc, or malloc set in '
+                         'the environment)')
     runs = []
     for arms in [int(n) for n in args.arms.split(',')]:
         for mode in args.modes.split(','):

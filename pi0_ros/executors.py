@@ -33,6 +33,8 @@ SWITCH_INTERVAL_S = 0.0002
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_BYTES = 16 * 1024 * 1024  # a 1080p RGB frame is 6.2 MB
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
+# A process started with its own malloc settings keeps them.
+MALLOC_ENVIRONMENT = ('MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_', 'GLIBC_TUNABLES')
 
 
 def reuse_large_allocations():
@@ -44,8 +46,11 @@ def reuse_large_allocations():
     after them, and each new buffer then faults its pages in again, while the executor holds
     the GIL. With 4 stand-in robots of 3x 640x480 cameras at 30 Hz on 2 cores (record
     executor-scaling-large-frames-cpu) it cut the process's CPU by a sixth and the messages'
-    delay p99 from 17.3 to 6.1 ms. False where the C library has no mallopt (not glibc).
+    delay p99 from 17.3 to 6.1 ms. False where the C library has no mallopt (not glibc), and
+    where the environment sets malloc itself (MALLOC_ENVIRONMENT): those settings win.
     """
+    if any(name in os.environ for name in MALLOC_ENVIRONMENT):
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
