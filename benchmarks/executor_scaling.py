@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -296,6 +297,8 @@ def main(argv=None):
               'python': platform.python_version(), 'cpus': os.cpu_count(),
               'switch_interval_s': args.switch_interval, 'frame': [args.width, args.height],
               'reuse_large_allocations': args.reuse_large_allocations,
+              # The measured process's peak resident memory, all runs together.
+              'max_rss_mib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
               'camera_rate': args.camera_rate, 'joint_rate': args.joint_rate, 'runs': runs}
     if args.json:
         with open(args.json, 'w') as stream:
