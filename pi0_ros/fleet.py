@@ -39,7 +39,7 @@ from pi0_ros.worker import InferenceWorker
 # Settings every robot sharing the engine must agree on (the engine is built from them).
 ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision', 'device',
                    'prefix_fp8_layers', 'max_image_height', 'max_image_width',
-                   'encode_frames_ahead', 'chunk_handover', 'rtc_schedule',
+                   'encode_frames_ahead', 'frame_graph', 'chunk_handover', 'rtc_schedule',
                    'rtc_max_guidance_weight', 'rtc_execution_horizon', 'rtc_jacobian',
                    'gpu_turns')
 # The random model's normalization comes from the joint limits: they must agree too.

@@ -76,7 +76,7 @@ def engine_options(settings, max_batch=1, batch_buckets=()):
                          max_frame_width=settings.max_image_width,
                          prefix_fp8=bool(fp8_layers),
                          prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
-                         else (), rtc=rtc)
+                         else (), frame_graph=settings.frame_graph, rtc=rtc)
 
 
 def build_engine(settings, options=None):

@@ -76,6 +76,9 @@ SPECS = {
     'encode_frames_ahead': Spec(True, 'Encode each camera frame on the inference thread when it '
                                       'arrives and the thread is idle, so an observation only '
                                       'encodes the frames that were not yet encoded'),
+    'frame_graph': Spec(True, 'On a GPU: copy the frames of an inference call in one transfer '
+                              'and resize, encode and place them with one CUDA graph (off: '
+                              'frame by frame, for comparison)'),
     'gpu_turns': Spec(True, "On a GPU: engine calls take turns with other processes' engine "
                             'calls on the same GPU (an exclusive file lock per call), so that '
                             'each runs as fast as alone instead of time-sliced with theirs, on '
@@ -209,6 +212,7 @@ class Settings:
     max_consecutive_failures: int
     inference_niceness: int
     encode_frames_ahead: bool
+    frame_graph: bool
     gpu_turns: bool
     camera_names: list
     camera_topics: list

@@ -168,8 +168,8 @@ def test_batch_buckets_match_single_calls():
 
 def test_pipelined_upload_equals_one_upload():
     """Frames copied while the encoder runs on earlier ones give the same actions."""
-    engines = {flag: make_engine(precision='fp32', max_batch=4, pipelined_upload=flag)
-               for flag in (True, False)}
+    engines = {flag: make_engine(precision='fp32', max_batch=4, pipelined_upload=flag,
+                                 frame_graph=False) for flag in (True, False)}
     observations = [observation(seed, shape) for seed, shape in
                     ((12, (480, 640, 3)), (13, (720, 1280, 3)), (14, (480, 640, 3)),
                      (15, (360, 640, 3)))]
@@ -183,6 +183,44 @@ def test_pipelined_upload_equals_one_upload():
     assert uploads == [(0, 3, True), (3, 12, True)]  # a first quarter, then the rest
     for a, b in zip(results[True], results[False]):  # vision ran as 3 + 9 frames vs 12
         np.testing.assert_allclose(a.actions, b.actions, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_frame_graph_equals_frames_one_by_one(precision):
+    """Packed frames in one graph: the actions of frames copied, resized and encoded apart."""
+    engines = {flag: make_engine(precision=precision, max_batch=4, frame_graph=flag)
+               for flag in (True, False)}
+    assert engines[True]._packed_frames and not engines[False]._packed_frames
+    for engine in engines.values():
+        engine.warmup()
+    observations = [observation(seed, shape) for seed, shape in
+                    ((12, (480, 640, 3)), (13, (720, 1280, 3)), (14, (480, 640, 3)),
+                     (15, (360, 640, 3)))]
+    keys = [[(seed, cam) for cam in range(3)] for seed in range(4)]
+    newer = observation(16)[0]
+    tolerance = 1e-4 if precision == 'fp32' else 2e-2
+    results = {}
+    for flag, engine in engines.items():
+        first = engine.infer_batch([(f, s, 'grasp', k, n)
+                                    for (f, s, n), k in zip(observations, keys)])
+        # Cached features in other slots: only two new frames (slot 1 camera 2, slot 3
+        # camera 0), written into their own slots' image tokens; one camera encoded ahead.
+        engine.encode_frames({1: newer[1]}, {1: 'ahead'}, slot=2)
+        changed = [list(f) for f, _, _ in observations]
+        changed[1][2], changed[3][0], changed[2][1] = newer[2], newer[0], newer[1]
+        changed_keys = [list(k) for k in keys]
+        changed_keys[1][2], changed_keys[3][0], changed_keys[2][1] = 'b', 'c', 'ahead'
+        second = engine.infer_batch([(f, s, 'grasp', k, n) for f, (_, s, n), k in
+                                     zip(changed, observations, changed_keys)])
+        assert [r.vision_cache_hits for r in second] == [3, 2, 3, 2]
+        results[flag] = first + second
+    for a, b in zip(results[True], results[False]):
+        np.testing.assert_allclose(a.actions, b.actions, rtol=tolerance, atol=tolerance)
+    # The cached features equal fresh ones: the same observations without keys.
+    fresh = engines[True].infer_batch([(f, s, 'grasp', None, n) for f, (_, s, n) in
+                                       zip(changed, observations)])
+    for a, b in zip(results[True][4:], fresh):
+        np.testing.assert_allclose(a.actions, b.actions, rtol=tolerance, atol=tolerance)
 
 
 def test_warmup_and_infer_on_a_worker_thread(monkeypatch):

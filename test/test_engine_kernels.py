@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model
-from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
+from pi0_ros.engine.preprocess import (FrameResizer, FrameTable, resize_frames,
+                                       scale_to_signed_unit, table_words)
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
 AUDIT = Path(__file__).parents[1] / 'benchmarks' / 'register_audit.py'
@@ -431,15 +432,19 @@ def test_patch_embedding_is_the_strided_convolution():
 @pytest.mark.gpu
 def test_resize_frames_on_the_gpu_equals_the_pytorch_path():
     rng = np.random.default_rng(2)
-    frames = torch.zeros(3, 480 * 640 * 3, dtype=torch.uint8)
-    for index in range(3):
-        frames[index] = torch.from_numpy(rng.integers(0, 256, 480 * 640 * 3, dtype=np.uint8))
-    cpu = FrameResizer(480, 640, 224, torch.device('cpu'))
+    sizes = [(480, 640), (720, 1280), (480, 640)]
+    table = FrameTable(np.zeros((3, table_words(224)), np.int32), 224)
+    frames = torch.zeros(sum(h * w * 3 for h, w in sizes), dtype=torch.uint8)
     expected = torch.empty(3, 3, 224, 224)
-    for index in range(3):
-        cpu.resize_into(frames[index].view(480, 640, 3), expected[index])
+    cpu = FrameResizer(720, 1280, 224, torch.device('cpu'))
+    offset = 0
+    for index, (height, width) in enumerate(sizes):
+        image = torch.from_numpy(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        frames[offset:offset + image.numel()] = image.reshape(-1)
+        cpu.resize_into(image, expected[index])
+        table.write(index, height, width, offset, 0, index)
+        offset += image.numel()
     scale_to_signed_unit(expected)
     out = torch.empty(3, 3, 224, 224, device='cuda')
-    resize_frames(FrameResizer(480, 640, 224, torch.device('cuda')), frames.cuda(), 480, 640,
-                  out)
+    resize_frames(frames.cuda(), torch.from_numpy(table.rows).cuda(), out)
     assert (out.cpu() - expected).abs().max().item() < 1e-4

@@ -16,7 +16,8 @@ import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import gemm, kernel_configs, kernels
 from pi0_ros.engine.attention import _launch, dense_mask, key_bias, self_attention
-from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
+from pi0_ros.engine.preprocess import (FrameResizer, FrameTable, resize_frames,
+                                       scale_to_signed_unit, table_words)
 
 
 def close(actual, expected, tolerance, what):
@@ -219,20 +220,27 @@ def check_self_attention():
 
 
 def check_resize_frames():
+    # Frames of three sizes back to back in one buffer, resized in one launch from their
+    # table rows (FrameTable), against the PyTorch path frame by frame.
     rng = np.random.default_rng(3)
     resizer = FrameResizer(60, 80, 32, torch.device('cpu'))
-    for height, width in ((48, 64), (60, 40), (32, 32)):
-        frames = torch.zeros(2, 60 * 80 * 3, dtype=torch.uint8)
-        expected = torch.empty(2, 3, 32, 32)
-        for index in range(2):
-            image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-            frames[index, :image.size] = torch.from_numpy(image.reshape(-1))
-            resizer.resize_into(frames[index, :image.size].view(height, width, 3),
-                                expected[index])
-        scale_to_signed_unit(expected)
-        out = torch.full((2, 3, 32, 32), 7.0)
-        resize_frames(resizer, frames, height, width, out)
-        close(out, expected, 1e-5, f'resize {height}x{width}')
+    sizes = [(48, 64), (60, 40), (32, 32), (48, 64), (60, 40), (32, 32)]
+    table = FrameTable(np.zeros((len(sizes) + 1, table_words(32)), np.int32), 32)
+    frames = torch.zeros(sum(h * w * 3 for h, w in sizes) + 5, dtype=torch.uint8)
+    expected = torch.empty(len(sizes), 3, 32, 32)
+    offset = 5  # the frames need no alignment
+    for index, (height, width) in enumerate(sizes):
+        image = torch.from_numpy(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        frames[offset:offset + image.numel()] = image.reshape(-1)
+        resizer.resize_into(image, expected[index])
+        table.write(index + 1, height, width, offset, index // 3, index % 3)
+        offset += image.numel()
+    scale_to_signed_unit(expected)
+    out = torch.full((len(sizes), 3, 32, 32), 7.0)
+    resize_frames(frames, torch.from_numpy(table.rows)[1:], out)  # rows from the second on
+    close(out, expected, 1e-5, 'resize of packed frames')
+    header = table.rows[1:, :8].view(np.int64)
+    assert header[:, 2].tolist() == [0, 0, 0, 1, 1, 1] and header[:, 3].tolist() == [0, 1, 2] * 2
 
 
 def check_fp8_rows():

@@ -177,6 +177,12 @@ class EngineOptions:
     # With many frames to encode (several observations, CUDA): upload and encode a first
     # quarter of them, and copy the rest to the GPU while the vision encoder runs on it.
     pipelined_upload: bool = True
+    # CUDA with Triton: the frames of a call are packed back to back into pinned memory with
+    # their resize plans, copied to the GPU in one transfer, and resized, encoded and written
+    # into the prefix by one CUDA graph per frame count (two launches from Python in all).
+    # Off: each frame is copied on its own, then resized, encoded and copied per camera run
+    # (with pipelined_upload).
+    frame_graph: bool = True
     # Run the first denoising step inside the prefix stage: on CUDA on a second stream, each
     # expert layer starting as soon as the prefix has written that layer's K/V, so the
     # latency-bound step overlaps the compute-bound prefix (elsewhere after the prefix). The

@@ -3,7 +3,6 @@
 """Pi0Engine: preallocated, cached, CUDA-graph-replayed Pi0 inference."""
 from collections.abc import Mapping, Set as AbstractSet
 import contextlib
-import itertools
 import operator
 from pathlib import Path
 import threading
@@ -21,7 +20,8 @@ from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_i
                                     SafetensorsWeights)
 from pi0_ros.engine.model import (build_weights, denoise_forward, Guidance,
                                   lerobot_parameter_shapes, prefix_forward, vision_forward)
-from pi0_ros.engine.preprocess import FrameResizer, resize_frames, scale_to_signed_unit
+from pi0_ros.engine.preprocess import (FrameResizer, FrameTable, resize_frames,
+                                       scale_to_signed_unit, table_words)
 from pi0_ros.engine.rtc import plan_guidance
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
 
@@ -63,13 +63,15 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
     Pi0Engine allocates exactly these (and the memory planner counts them).
     """
     d, cams = dims, num_cameras
+    frames = max_batch * cams
     prefix_length = cams * d.tokens_per_image + d.tokenizer_max_length
     cache = ((d.expert_depth, max_batch, d.num_kv_heads, prefix_length + d.chunk_size + 1,
               d.head_dim), dtype)
     chunk = ((max_batch, d.chunk_size, d.max_action_dim), torch.float32)
     return {
-        '_device_frames': ((max_batch * cams, max_frame_height * max_frame_width * 3),
-                           torch.uint8),
+        # The frame table (preprocess.FrameTable rows), then the frames' bytes.
+        '_frame_staging': ((frames * (4 * table_words(d.image_size)
+                                      + max_frame_height * max_frame_width * 3),), torch.uint8),
         '_pixels': ((max_batch * cams, 3, d.image_size, d.image_size), torch.float32),
         '_vision_out': ((max_batch * cams, d.tokens_per_image, d.prefix_width), dtype),
         '_prefix_embeds': ((max_batch, prefix_length, d.prefix_width), dtype),
@@ -286,6 +288,21 @@ class Pi0Engine:
         self._key_mask.fill_(True)
         self._prefix_valid.fill_(self._prefix_length)
         self._resizer = FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev)
+        # Frame staging: the frame table's rows, then the frames (one row of the largest frame
+        # each when uploaded one by one, back to back when packed); the same layout on the host.
+        frames, words = max_b * cams, table_words(d.image_size)
+        self._table_bytes = 4 * frames * words
+        self._frame_table = self._frame_staging[:self._table_bytes].view(torch.int32).view(
+            frames, words)
+        self._device_frames = self._frame_staging[self._table_bytes:].view(frames, -1)
+        self._host_frame_staging = torch.zeros(self._frame_staging.shape, dtype=torch.uint8,
+                                               pin_memory=pin)
+        self._host_frame_table = self._host_frame_staging[:self._table_bytes].view(
+            torch.int32).view(frames, words)
+        self._host_table = FrameTable(self._host_frame_table.numpy(), d.image_size)
+        self._host_frames = self._host_frame_staging[self._table_bytes:].numpy()
+        # Packed frames: one upload and one frames graph (resize, vision, prefix) per call.
+        self._packed_frames = o.frame_graph and use_triton(self._pixels)
         self._host_tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64,
                                         pin_memory=pin)
         self._host_token_mask = torch.ones(max_b, d.tokenizer_max_length, dtype=torch.bool,
@@ -329,12 +346,14 @@ class Pi0Engine:
         """Device frames offset.. (sizes [(H, W)], equal sizes adjacent) -> _pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
-            start = 0
-            for (height, width), group in itertools.groupby(sizes):
-                stop = start + len(list(group))
-                resize_frames(self._resizer, self._device_frames[offset + start:offset + stop],
-                              height, width, self._pixels[start:stop])
-                start = stop
+            # Rows offset.. of the table (an earlier part's rows may still be uploading).
+            row_bytes = self._device_frames.stride(0)
+            for index, (height, width) in enumerate(sizes, offset):
+                self._host_table.write(index, height, width, index * row_bytes, 0, 0)
+            rows = slice(offset, offset + count)
+            self._frame_table[rows].copy_(self._host_frame_table[rows], non_blocking=True)
+            resize_frames(self._device_frames.view(-1), self._frame_table[rows],
+                          self._pixels[:count])
             return
         for index, (height, width) in enumerate(sizes):
             frame = self._device_frames[offset + index, :height * width * 3]
@@ -389,6 +408,17 @@ class Pi0Engine:
     # Stage bodies (each writes only into preallocated buffers: safe to capture as graphs)
     def _vision_stage(self, count: int) -> None:
         vision_forward(self.weights, self.dims, self._pixels[:count], self._vision_out[:count])
+
+    def _frames_stage(self, count: int) -> None:
+        # Packed frames (uploaded with their table): resize, encode, and write each frame's
+        # features into its slot's and camera's image tokens of the prefix embeddings.
+        table = self._frame_table[:count]
+        resize_frames(self._device_frames.view(-1), table, self._pixels[:count])
+        self._vision_stage(count)
+        header = table.view(torch.int64)
+        images = self._prefix_embeds[:, :self._image_tokens].unflatten(
+            1, (self.num_cameras, self.dims.tokens_per_image))
+        images.index_put_((header[:, 2], header[:, 3]), self._vision_out[:count])
 
     def _overlaps_first_step(self, guided: bool) -> bool:
         """Whether the prefix stage runs the first denoising step (not with the Jacobian)."""
@@ -448,10 +478,11 @@ class Pi0Engine:
                         guidance=self._guidance.rows(batch) if guided else None)
 
     def _stage_function(self, stage: str, size):
-        # size: frames for 'vision'; (batch bucket, prefix tokens) for the others. The
-        # guided stages run Real-Time Chunking (graphs of their own; the plain ones are
-        # unchanged by it).
-        body = {'vision': self._vision_stage, 'prefix': self._prefix_stage,
+        # size: frames for 'vision' and 'frames'; (batch bucket, prefix tokens) for the
+        # others. The guided stages run Real-Time Chunking (graphs of their own; the plain
+        # ones are unchanged by it).
+        body = {'vision': self._vision_stage, 'frames': self._frames_stage,
+                'prefix': self._prefix_stage,
                 'denoise': self._denoise_stage,
                 'prefix_rtc': lambda shape: self._prefix_stage(shape, guided=True),
                 'denoise_rtc': lambda shape: self._denoise_stage(shape, guided=True)}[stage]
@@ -509,12 +540,22 @@ class Pi0Engine:
         """
         self._check_open()
         with self._lock, torch.inference_mode():
-            self._prepare_pixels([(self.options.max_frame_height, self.options.max_frame_width)])
+            frames_stage = 'frames' if self._packed_frames else 'vision'
+            if self._packed_frames:
+                # The frames stage writes features into the prefix (from the table's current
+                # rows): whatever was encoded before is forgotten.
+                self._host_frame_table.zero_()
+                self._frame_table.zero_()
+                self._slot_frame_keys = [[None] * self.num_cameras
+                                         for _ in range(self.options.max_batch)]
+            else:
+                self._prepare_pixels([(self.options.max_frame_height,
+                                       self.options.max_frame_width)])
             for bucket in self._buckets:
                 for count in range(1, bucket * self.num_cameras + 1) if self._use_graphs \
                         else [bucket * self.num_cameras]:
-                    if ('vision', count) not in self._graphs:
-                        self._warm_stage('vision', count)
+                    if (frames_stage, count) not in self._graphs:
+                        self._warm_stage(frames_stage, count)
                 stages = ('prefix', 'denoise')
                 if self.options.rtc is not None:
                     stages += ('prefix_rtc', 'denoise_rtc')
@@ -732,7 +773,9 @@ class Pi0Engine:
         """
         for slot, cam, _, _ in pending:
             self._slot_frame_keys[slot][cam] = None
-        # Frames of one size next to each other: one resize launch per size on the GPU.
+        if self._packed_frames:
+            self._encode_packed(pending, preprocessed)
+            return
         pending.sort(key=lambda item: item[3].shape[:2])
         groups = self._upload_groups(pending)
         tokens = self.dims.tokens_per_image
@@ -749,6 +792,27 @@ class Pi0Engine:
                     self._vision_out[first:last].flatten(0, 1))
         if not pending:
             preprocessed()
+
+    def _encode_packed(self, pending: list, preprocessed) -> None:
+        """
+        Frames back to back in pinned memory with their table rows, one upload, one graph.
+
+        Two launches from Python whatever the number of frames: on a busy host each launch
+        waits for the GIL.
+        """
+        if not pending:
+            preprocessed()
+            return
+        offset = 0
+        for index, (slot, cam, _, frame) in enumerate(pending):
+            np.copyto(self._host_frames[offset:offset + frame.size].reshape(frame.shape), frame)
+            self._host_table.write(index, frame.shape[0], frame.shape[1], offset, slot, cam)
+            offset += frame.size
+        used = self._table_bytes + offset
+        self._frame_staging[:used].copy_(self._host_frame_staging[:used],
+                                         non_blocking=self._is_cuda)
+        preprocessed()
+        self._run_stage('frames', len(pending))
 
     def _remember_frame_keys(self, pending: list) -> None:
         """Record the keys of encoded frames (after their features were computed)."""

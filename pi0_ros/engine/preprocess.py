@@ -16,25 +16,43 @@ import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine.kernels import triton
 
+# A frame table row per frame, in 4-byte words: a header of four int64 (the frame's byte
+# offset in the frames buffer, its width, and the prefix slot and camera its features go to),
+# then the int32 source columns (two) and rows (two) and the float32 weights of the columns
+# (two) and rows (two) of the SxS output, each S words.
+TABLE_HEADER_WORDS = 8
+
+
+def table_words(size: int) -> int:
+    """4-byte words of one frame's table row for an SxS model image."""
+    return TABLE_HEADER_WORDS + 8 * size
+
+
 if triton is not None:
     import triton.language as tl
 
     @triton.jit
-    def _resize_frames_kernel(frames_ptr, pixels_ptr, col0_ptr, col1_ptr, col_w0_ptr,
-                              col_w1_ptr, row0_ptr, row1_ptr, row_w0_ptr, row_w1_ptr,
-                              frame_stride, width, SIZE: tl.constexpr, BLOCK: tl.constexpr):
-        # One program: one output row of one frame, all columns and channels.
+    def _resize_frames_kernel(frames_ptr, header_ptr, index_ptr, weight_ptr, pixels_ptr,
+                              row_words, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+        # One program: one output row of one frame, all columns and channels. The frame's
+        # geometry comes from its table row (the same memory read as int64, int32, float32).
         out_row, frame = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        entry = frame * row_words
+        offset = tl.load(header_ptr + entry // 2)
+        width = tl.load(header_ptr + entry // 2 + 1)
+        plan = entry + 8
         cols = tl.arange(0, BLOCK)
         inside = cols < SIZE
-        col0 = tl.load(col0_ptr + cols, mask=inside, other=0)
-        col1 = tl.load(col1_ptr + cols, mask=inside, other=0)
-        col_w0 = tl.load(col_w0_ptr + cols, mask=inside, other=0.0)
-        col_w1 = tl.load(col_w1_ptr + cols, mask=inside, other=0.0)
-        top = frames_ptr + frame * frame_stride + tl.load(row0_ptr + out_row) * width * 3
-        bottom = frames_ptr + frame * frame_stride + tl.load(row1_ptr + out_row) * width * 3
-        row_w0 = tl.load(row_w0_ptr + out_row)
-        row_w1 = tl.load(row_w1_ptr + out_row)
+        col0 = tl.load(index_ptr + plan + cols, mask=inside, other=0)
+        col1 = tl.load(index_ptr + plan + SIZE + cols, mask=inside, other=0)
+        col_w0 = tl.load(weight_ptr + plan + 4 * SIZE + cols, mask=inside, other=0.0)
+        col_w1 = tl.load(weight_ptr + plan + 5 * SIZE + cols, mask=inside, other=0.0)
+        row0 = tl.load(index_ptr + plan + 2 * SIZE + out_row).to(tl.int64)
+        row1 = tl.load(index_ptr + plan + 3 * SIZE + out_row).to(tl.int64)
+        row_w0 = tl.load(weight_ptr + plan + 6 * SIZE + out_row)
+        row_w1 = tl.load(weight_ptr + plan + 7 * SIZE + out_row)
+        top = frames_ptr + offset + row0 * width * 3
+        bottom = frames_ptr + offset + row1 * width * 3
         out = pixels_ptr + frame * 3 * SIZE * SIZE + out_row * SIZE + cols
         for channel in tl.static_range(3):
             a = tl.load(top + col0 * 3 + channel, mask=inside, other=0).to(tl.float32) * col_w0
@@ -89,12 +107,17 @@ def _axis_weights(in_size: int, out_size: int, target: int, offset: int) -> tupl
     return index0, index1, weight0, weight1
 
 
-def make_resize_plan(height: int, width: int, size: int, device: torch.device) -> ResizePlan:
-    """Plan for one frame size; matches resize_with_pad_torch's sizes and centered padding."""
+def _plan_axes(height: int, width: int, size: int) -> tuple:
+    """(rows, cols) of _axis_weights for one frame size, as resize_with_pad_torch sizes it."""
     ratio = max(width / size, height / size)
     resized_h, resized_w = int(height / ratio), int(width / ratio)
-    rows = _axis_weights(height, resized_h, size, (size - resized_h) // 2)
-    cols = _axis_weights(width, resized_w, size, (size - resized_w) // 2)
+    return (_axis_weights(height, resized_h, size, (size - resized_h) // 2),
+            _axis_weights(width, resized_w, size, (size - resized_w) // 2))
+
+
+def make_resize_plan(height: int, width: int, size: int, device: torch.device) -> ResizePlan:
+    """Plan for one frame size; matches resize_with_pad_torch's sizes and centered padding."""
+    rows, cols = _plan_axes(height, width, size)
 
     def dev(array, shape):
         return torch.from_numpy(array).to(device).reshape(shape)
@@ -104,6 +127,36 @@ def make_resize_plan(height: int, width: int, size: int, device: torch.device) -
                       dev(cols[2], (size, 1)), dev(cols[3], (size, 1)),
                       dev(rows[0], (-1,)), dev(rows[1], (-1,)),
                       dev(rows[2], (size, 1, 1)), dev(rows[3], (size, 1, 1)))
+
+
+def table_plan(height: int, width: int, size: int) -> np.ndarray:
+    """Return the plan words of a frame table row (after its header) for one frame size."""
+    rows, cols = _plan_axes(height, width, size)
+    return np.concatenate([cols[0].astype(np.int32), cols[1].astype(np.int32),
+                           rows[0].astype(np.int32), rows[1].astype(np.int32),
+                           cols[2].view(np.int32), cols[3].view(np.int32),
+                           rows[2].view(np.int32), rows[3].view(np.int32)])
+
+
+class FrameTable:
+    """Writes frame table rows on the host (numpy int32 [frames, table_words(size)])."""
+
+    def __init__(self, rows: np.ndarray, size: int):
+        if rows.dtype != np.int32 or rows.ndim != 2 or rows.shape[1] != table_words(size):
+            raise ValueError(f'frame table rows must be int32 [n, {table_words(size)}]')
+        self.rows = rows
+        self.size = size
+        self._plans = {}
+
+    def write(self, index: int, height: int, width: int, offset: int, slot: int,
+              cam: int) -> None:
+        """Row index: an HxW frame at byte offset, its features for (slot, cam)."""
+        plan = self._plans.get((height, width))
+        if plan is None:
+            plan = self._plans[(height, width)] = table_plan(height, width, self.size)
+        row = self.rows[index]
+        row[TABLE_HEADER_WORDS:] = plan
+        row[:TABLE_HEADER_WORDS].view(np.int64)[:] = (offset, width, slot, cam)
 
 
 class FrameResizer:
@@ -149,20 +202,18 @@ class FrameResizer:
         out.copy_(top.permute(2, 0, 1))
 
 
-def resize_frames(resizer: FrameResizer, frames: torch.Tensor, height: int, width: int,
-                  out: torch.Tensor) -> None:
+def resize_frames(frames: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> None:
     """
-    Resize n uint8 frames of one size, scaled to [-1, 1], in one launch (Triton, CUDA only).
+    Resize n uint8 frames, scaled to [-1, 1], in one launch (Triton, CUDA only).
 
-    frames [n, >= H*W*3] uint8 (row i holds frame i as HxWx3 bytes); out [n,3,S,S] float32.
+    frames: the uint8 buffer the table's byte offsets point into (HxWx3 bytes per frame);
+    table: int32 [n, table_words(S)] rows written by FrameTable; out: float32 [n,3,S,S].
     Same arithmetic as resize_into followed by scale_to_signed_unit.
     """
-    plan = resizer.plan(height, width)
-    size = resizer.size
-    _resize_frames_kernel[(size, frames.shape[0])](
-        frames, out, plan.col0, plan.col1, plan.col_w0, plan.col_w1, plan.row0, plan.row1,
-        plan.row_w0, plan.row_w1, frames.stride(0), width, SIZE=size,
-        BLOCK=triton.next_power_of_2(size), num_warps=4)
+    size = out.shape[-1]
+    _resize_frames_kernel[(size, table.shape[0])](
+        frames, table.view(torch.int64), table, table.view(torch.float32), out, table.stride(0),
+        SIZE=size, BLOCK=triton.next_power_of_2(size), num_warps=4)
 
 
 def scale_to_signed_unit(pixels: torch.Tensor) -> None:
