@@ -305,7 +305,7 @@ def check_engine_triton_path_matches_pytorch_path():
 
     rng = np.random.default_rng(4)
     frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(2)] \
-        + [rng.integers(0, 256, (90, 90, 3), dtype=np.uint8)]
+        + [rng.integers(0, 256, (90, 180, 3), dtype=np.uint8)[:, ::2]]  # not contiguous
     # Two Euler steps and 112-pixel images: every kernel and stride of the full path, in a
     # quarter of the interpreter's time (the step count and the image size change no branch).
     dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)

@@ -278,8 +278,10 @@ class Probe:
             rec = getattr(probe.tls, 'rec', None)
             if rec is None:
                 return original_run_stage(self, stage, size)
-            # Real-Time Chunking's guided stages are timed as the plain ones they replace.
+            # Real-Time Chunking's guided stages are timed as the plain ones they replace, and
+            # the frames graph (upload's table, resize, vision, placement) as vision.
             name = stage.removesuffix('_rtc')
+            name = 'vision' if name == 'frames' else name
             gpu = probe.cuda and rec['kind'] == 'infer'
             if gpu:
                 # Had the GPU already run everything queued before this launch? (idle: starved)

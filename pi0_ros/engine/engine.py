@@ -301,6 +301,7 @@ class Pi0Engine:
             torch.int32).view(frames, words)
         self._host_table = FrameTable(self._host_frame_table.numpy(), d.image_size)
         self._host_frames = self._host_frame_staging[self._table_bytes:].numpy()
+        self._host_frames_bytes = memoryview(self._host_frames)
         # Packed frames: one upload and one frames graph (resize, vision, prefix) per call.
         self._packed_frames = o.frame_graph and use_triton(self._pixels)
         self._host_tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64,
@@ -682,6 +683,8 @@ class Pi0Engine:
                 setattr(self, name, None)
             self.weights = None
             self._resizer = None
+            # Views of the pinned staging buffer: it is freed once they are gone too.
+            self._host_table = self._host_frames = self._host_frames_bytes = None
             self._copy_stream = None
             self._overlap_stream = None
             self._layer_events = None
@@ -805,9 +808,15 @@ class Pi0Engine:
             return
         offset = 0
         for index, (slot, cam, _, frame) in enumerate(pending):
-            np.copyto(self._host_frames[offset:offset + frame.size].reshape(frame.shape), frame)
+            stop = offset + frame.size
+            if frame.flags.c_contiguous:
+                # A copy that keeps the GIL: numpy's lets go of it for a large copy and then
+                # waits to take it back, behind the executor on a busy host.
+                self._host_frames_bytes[offset:stop] = memoryview(frame).cast('B')
+            else:
+                np.copyto(self._host_frames[offset:stop].reshape(frame.shape), frame)
             self._host_table.write(index, frame.shape[0], frame.shape[1], offset, slot, cam)
-            offset += frame.size
+            offset = stop
         used = self._table_bytes + offset
         self._frame_staging[:used].copy_(self._host_frame_staging[:used],
                                          non_blocking=self._is_cuda)
