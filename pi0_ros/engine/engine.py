@@ -542,13 +542,13 @@ class Pi0Engine:
         self._check_open()
         with self._lock, torch.inference_mode():
             frames_stage = 'frames' if self._packed_frames else 'vision'
+            encoded = None
             if self._packed_frames:
-                # The frames stage writes features into the prefix (from the table's current
-                # rows): whatever was encoded before is forgotten.
-                self._host_frame_table.zero_()
+                # The frames stage writes features into the prefix from the table's rows (zero
+                # rows: slot 0, camera 0); the features encoded so far are put back after it.
+                self._host_table.clear()
                 self._frame_table.zero_()
-                self._slot_frame_keys = [[None] * self.num_cameras
-                                         for _ in range(self.options.max_batch)]
+                encoded = self._prefix_embeds[:, :self._image_tokens].clone()
             else:
                 self._prepare_pixels([(self.options.max_frame_height,
                                        self.options.max_frame_width)])
@@ -563,6 +563,8 @@ class Pi0Engine:
                 for prompt in self._prompt_lengths:
                     for stage in stages:
                         self._warm_stage(stage, (bucket, self._image_tokens + prompt))
+            if encoded is not None:
+                self._prefix_embeds[:, :self._image_tokens].copy_(encoded)
             if self._is_cuda:
                 torch.cuda.synchronize(self.device)
 

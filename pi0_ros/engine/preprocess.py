@@ -147,16 +147,25 @@ class FrameTable:
         self.rows = rows
         self.size = size
         self._plans = {}
+        self._row_sizes = [None] * len(rows)  # the frame size whose plan each row holds
 
     def write(self, index: int, height: int, width: int, offset: int, slot: int,
               cam: int) -> None:
         """Row index: an HxW frame at byte offset, its features for (slot, cam)."""
-        plan = self._plans.get((height, width))
-        if plan is None:
-            plan = self._plans[(height, width)] = table_plan(height, width, self.size)
         row = self.rows[index]
-        row[TABLE_HEADER_WORDS:] = plan
+        if self._row_sizes[index] != (height, width):
+            # Only when the size changes: numpy lets go of the GIL for a copy this large.
+            plan = self._plans.get((height, width))
+            if plan is None:
+                plan = self._plans[(height, width)] = table_plan(height, width, self.size)
+            row[TABLE_HEADER_WORDS:] = plan
+            self._row_sizes[index] = (height, width)
         row[:TABLE_HEADER_WORDS].view(np.int64)[:] = (offset, width, slot, cam)
+
+    def clear(self) -> None:
+        """Zero every row (a zero row reads byte 0 and writes zeros to slot 0, camera 0)."""
+        self.rows[:] = 0
+        self._row_sizes = [None] * len(self.rows)
 
 
 class FrameResizer:
