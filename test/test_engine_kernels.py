@@ -32,6 +32,7 @@ skinny_linear = gemm.skinny_linear
                                    'fused_consumers_of_partial_sums',
                                    'attention', 'self_attention', 'resize_frames', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path',
+                                   'engine_frame_graph_keeps_encoded_frames_across_warmup',
                                    pytest.param('engine_guided_triton_path_matches_pytorch_path',
                                                 marks=pytest.mark.slow)])
 def test_kernel_in_the_interpreter(check):

@@ -314,6 +314,27 @@ def check_engine_triton_path_matches_pytorch_path():
     assert cosine > 0.999, cosine
 
 
+def check_engine_frame_graph_keeps_encoded_frames_across_warmup():
+    """The frames stage from the table: cached cameras stay cached and exact across warm-up."""
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    rng = np.random.default_rng(6)
+    frames = [rng.integers(0, 256, (60, 80, 3), dtype=np.uint8) for _ in range(3)]
+    dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)
+    noise = rng.standard_normal((50, 32)).astype(np.float32)
+    engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                              options=EngineOptions(device='cpu', precision='fp32',
+                                                    max_frame_height=60, max_frame_width=80))
+    assert engine._packed_frames
+    state = np.linspace(-1, 1, 6)
+    before = engine.infer(frames, state, 'pick', frame_keys=[1, 2, 3], noise=noise)
+    engine.warmup()  # its frames stage writes slot 0's first camera from zero table rows
+    after = engine.infer(frames, state, 'pick', frame_keys=[1, 2, 3], noise=noise)
+    assert after.vision_cache_hits == 3
+    np.testing.assert_array_equal(after.actions, before.actions)
+
+
 def check_engine_guided_triton_path_matches_pytorch_path():
     """Real-Time Chunking's guided steps (the velocity written by the action kernel)."""
     from pi0_ros.engine.config import ModelDims, RTCRequest
