@@ -315,7 +315,7 @@ def check_engine_triton_path_matches_pytorch_path():
 
 
 def check_engine_frame_graph_keeps_encoded_frames_across_warmup():
-    """The frames stage from the table: cached cameras stay cached and exact across warm-up."""
+    """Check that cached cameras stay cached and exact across warm-up (the frames stage)."""
     from pi0_ros.engine import Pi0Engine
     from pi0_ros.engine.config import EngineOptions, ModelDims
 
