@@ -7,8 +7,9 @@ A fleet process runs an executor thread and a control thread beside the inferenc
 they are busy, each Python-level step of the inference thread's host path waits for the GIL
 (sys.setswitchinterval as the node sets it). This times the host side of one Real-Time Chunking
 request (pi0_ros.engine.rtc.plan_guidance) as it is now (its weights computed once per setting
-and shared) and as it was (the weight functions run on every call), alone and beside 1 and 2
-threads that spin in Python.
+and shared) and as it was (the weight functions run on every call), and the packing of a fleet
+call's 12 frames for the upload as the engine copies them and with numpy's copy, alone and beside
+1 and 2 threads that spin in Python.
 
     python benchmarks/gil_contention.py --json gil_contention.json
 """
@@ -25,6 +26,7 @@ import numpy as np
 from pi0_ros.engine import ModelDims
 from pi0_ros.engine import rtc
 from pi0_ros.engine.config import RTCOptions, RTCRequest
+from pi0_ros.engine.preprocess import copy_frame_bytes
 from pi0_ros.executors import SWITCH_INTERVAL_S  # as the node's and the fleet's main set it
 
 
@@ -82,6 +84,24 @@ def main(argv=None):
         plan_, reason = rtc.plan_guidance(requests[index % len(requests)], dims, 6, options)
         assert plan_ is not None, reason
 
+    # A fleet call's frames (4 observations of 3 cameras, 640x480) packed for the upload, as the
+    # engine copies them (preprocess.copy_frame_bytes) and with numpy's copy per frame.
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(12)]
+    packed = np.zeros(sum(frame.size for frame in frames), np.uint8)
+    packed_bytes = memoryview(packed)
+
+    def pack_frames(_):
+        offset = 0
+        for frame in frames:
+            offset = copy_frame_bytes(frame, packed, packed_bytes, offset)
+
+    def pack_frames_numpy(_):
+        offset = 0
+        for frame in frames:
+            np.copyto(packed[offset:offset + frame.size].reshape(frame.shape), frame)
+            offset += frame.size
+
     uncached = {'prefix_weights': rtc.prefix_weights.__wrapped__,
                 'guidance_weights': rtc.guidance_weights.__wrapped__}
     results = {}
@@ -92,6 +112,10 @@ def main(argv=None):
             with mock.patch.multiple(rtc, **uncached):
                 for stat, value in time_calls(plan, args.calls).items():
                     results[f'busy{busy}_plan_guidance_uncached_{stat}_ms'] = value
+            for name, function in (('pack_frames', pack_frames),
+                                   ('pack_frames_numpy', pack_frames_numpy)):
+                for stat, value in time_calls(function, args.calls).items():
+                    results[f'busy{busy}_{name}_{stat}_ms'] = value
     report = {'command': 'python benchmarks/gil_contention.py ' + ' '.join(argv or sys.argv[1:]),
               'python': platform.python_version(), 'switch_interval_s': SWITCH_INTERVAL_S,
               'calls': args.calls, 'results': {k: round(v, 4) for k, v in results.items()}}

@@ -20,8 +20,8 @@ from pi0_ros.engine.loading import (CheckpointInfo, NormStats, read_checkpoint_i
                                     SafetensorsWeights)
 from pi0_ros.engine.model import (build_weights, denoise_forward, Guidance,
                                   lerobot_parameter_shapes, prefix_forward, vision_forward)
-from pi0_ros.engine.preprocess import (FrameResizer, FrameTable, resize_frames,
-                                       scale_to_signed_unit, table_words)
+from pi0_ros.engine.preprocess import (copy_frame_bytes, FrameResizer, FrameTable,
+                                       resize_frames, scale_to_signed_unit, table_words)
 from pi0_ros.engine.rtc import plan_guidance
 from pi0_ros.engine.tokenizer import build_builtin_tokenizer, load_tokenizer, tokenize_prompt
 
@@ -810,15 +810,8 @@ class Pi0Engine:
             return
         offset = 0
         for index, (slot, cam, _, frame) in enumerate(pending):
-            stop = offset + frame.size
-            if frame.flags.c_contiguous:
-                # A copy that keeps the GIL: numpy's lets go of it for a large copy and then
-                # waits to take it back, behind the executor on a busy host.
-                self._host_frames_bytes[offset:stop] = memoryview(frame).cast('B')
-            else:
-                np.copyto(self._host_frames[offset:stop].reshape(frame.shape), frame)
             self._host_table.write(index, frame.shape[0], frame.shape[1], offset, slot, cam)
-            offset = stop
+            offset = copy_frame_bytes(frame, self._host_frames, self._host_frames_bytes, offset)
         used = self._table_bytes + offset
         self._frame_staging[:used].copy_(self._host_frame_staging[:used],
                                          non_blocking=self._is_cuda)

@@ -211,6 +211,23 @@ class FrameResizer:
         out.copy_(top.permute(2, 0, 1))
 
 
+def copy_frame_bytes(frame: np.ndarray, out: np.ndarray, out_bytes: memoryview,
+                     offset: int) -> int:
+    """
+    Copy a uint8 frame's bytes to out[offset:] (out_bytes: memoryview(out)); return the end.
+
+    A contiguous frame is copied without letting go of the GIL: numpy's copy lets go of it
+    for a large copy and then waits to take it back, behind other busy threads (benchmarks/
+    gil_contention.py: 12 frames of 640x480 beside one busy thread, 1.2 against 4.7 ms).
+    """
+    stop = offset + frame.size
+    if frame.flags.c_contiguous:
+        out_bytes[offset:stop] = memoryview(frame).cast('B')
+    else:
+        np.copyto(out[offset:stop].reshape(frame.shape), frame)
+    return stop
+
+
 def resize_frames(frames: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> None:
     """
     Resize n uint8 frames, scaled to [-1, 1], in one launch (Triton, CUDA only).
