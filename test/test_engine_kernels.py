@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from pi0_ros.engine import attention, gemm, kernel_configs, kernels, model
-from pi0_ros.engine.preprocess import (FrameResizer, FrameTable, resize_frames,
-                                       scale_to_signed_unit, table_words)
+from pi0_ros.engine.preprocess import (copy_frame_bytes, FrameResizer, FrameTable,
+                                       resize_frames, scale_to_signed_unit, table_plan,
+                                       table_words)
 
 CHECKS = Path(__file__).with_name('triton_interpreter_checks.py')
 AUDIT = Path(__file__).parents[1] / 'benchmarks' / 'register_audit.py'
@@ -428,6 +429,37 @@ def test_patch_embedding_is_the_strided_convolution():
     out = model.embed_patches(pixels, kernel.flatten(1), bias, positions, 14)
     assert out.dtype == torch.float32 and out.shape == (2, 16, 8)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_frame_table_rows_take_a_new_plan_only_when_the_size_changes():
+    table = FrameTable(np.zeros((2, table_words(32)), np.int32), 32)
+    table.write(0, 48, 64, 10, 1, 2)
+    np.testing.assert_array_equal(table.rows[0, 8:], table_plan(48, 64, 32))
+    assert table.rows[0, :8].view(np.int64).tolist() == [10, 64, 1, 2]
+    table.write(0, 60, 40, 5, 0, 1)  # another size: the row's plan is replaced
+    np.testing.assert_array_equal(table.rows[0, 8:], table_plan(60, 40, 32))
+    table.rows[0, 8:] = -1
+    table.write(0, 60, 40, 9, 1, 0)  # the same size: only the header is written
+    assert (table.rows[0, 8:] == -1).all()
+    assert table.rows[0, :8].view(np.int64).tolist() == [9, 40, 1, 0]
+    table.clear()
+    assert not table.rows.any()
+    table.write(0, 60, 40, 9, 1, 0)
+    np.testing.assert_array_equal(table.rows[0, 8:], table_plan(60, 40, 32))
+
+
+def test_frames_are_packed_back_to_back_whatever_their_layout():
+    rng = np.random.default_rng(5)
+    contiguous = rng.integers(0, 256, (4, 5, 3), dtype=np.uint8)
+    contiguous.flags.writeable = False  # frames from ROS messages are read-only views
+    strided = rng.integers(0, 256, (4, 10, 3), dtype=np.uint8)[:, ::2]
+    out = np.full(200, 7, np.uint8)
+    end = copy_frame_bytes(contiguous, out, memoryview(out), 3)
+    end = copy_frame_bytes(strided, out, memoryview(out), end)
+    assert end == 3 + 2 * 60
+    np.testing.assert_array_equal(out[3:63], contiguous.reshape(-1))
+    np.testing.assert_array_equal(out[63:123], strided.reshape(-1))
+    assert (out[:3] == 7).all() and (out[123:] == 7).all()
 
 
 @pytest.mark.gpu
