@@ -295,15 +295,18 @@ class Pi0Engine:
         self._frame_table = self._frame_staging[:self._table_bytes].view(torch.int32).view(
             frames, words)
         self._device_frames = self._frame_staging[self._table_bytes:].view(frames, -1)
-        self._host_frame_staging = torch.zeros(self._frame_staging.shape, dtype=torch.uint8,
-                                               pin_memory=pin)
-        self._host_frame_table = self._host_frame_staging[:self._table_bytes].view(
-            torch.int32).view(frames, words)
-        self._host_table = FrameTable(self._host_frame_table.numpy(), d.image_size)
-        self._host_frames = self._host_frame_staging[self._table_bytes:].numpy()
-        self._host_frames_bytes = memoryview(self._host_frames)
         # Packed frames: one upload and one frames graph (resize, vision, prefix) per call.
         self._packed_frames = o.frame_graph and use_triton(self._pixels)
+        self._host_frame_staging = self._host_frame_table = self._host_table = None
+        self._host_frames = self._host_frames_bytes = None
+        if use_triton(self._pixels):  # the resize kernel reads the table (the PyTorch path not)
+            self._host_frame_staging = torch.zeros(self._frame_staging.shape, dtype=torch.uint8,
+                                                   pin_memory=pin)
+            self._host_frame_table = self._host_frame_staging[:self._table_bytes].view(
+                torch.int32).view(frames, words)
+            self._host_table = FrameTable(self._host_frame_table.numpy(), d.image_size)
+            self._host_frames = self._host_frame_staging[self._table_bytes:].numpy()
+            self._host_frames_bytes = memoryview(self._host_frames)
         self._host_tokens = torch.zeros(max_b, d.tokenizer_max_length, dtype=torch.int64,
                                         pin_memory=pin)
         self._host_token_mask = torch.ones(max_b, d.tokenizer_max_length, dtype=torch.bool,
@@ -344,7 +347,7 @@ class Pi0Engine:
         return pointers
 
     def _prepare_pixels(self, sizes: list, offset: int = 0) -> None:
-        """Device frames offset.. (sizes [(H, W)], equal sizes adjacent) -> _pixels[:n]."""
+        """Device frames offset.. (their sizes [(H, W)]) -> _pixels[:n]."""
         count = len(sizes)
         if use_triton(self._pixels):
             # Rows offset.. of the table (an earlier part's rows may still be uploading).
@@ -781,7 +784,6 @@ class Pi0Engine:
         if self._packed_frames:
             self._encode_packed(pending, preprocessed)
             return
-        pending.sort(key=lambda item: item[3].shape[:2])
         groups = self._upload_groups(pending)
         tokens = self.dims.tokens_per_image
         for start, stop in groups:
