@@ -120,3 +120,14 @@ def test_prefix_fp8_layers_reach_the_engine_options(monkeypatch):
         build_engine(settings_from_values(defaults(prefix_fp8_layers=text, device='cuda')))
     assert [(o.prefix_fp8, o.prefix_fp8_layers) for o in built] == [
         (False, ()), (True, ()), (True, (4, 5, 6, 9))]
+
+
+def test_frame_graph_reaches_the_engine_options(monkeypatch):
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.node import build_engine
+    built = []
+    monkeypatch.setattr(Pi0Engine, 'random',
+                        classmethod(lambda cls, dims, **kwargs: built.append(kwargs['options'])))
+    for flag in (True, False):
+        build_engine(settings_from_values(defaults(frame_graph=flag, device='cuda')))
+    assert [o.frame_graph for o in built] == [True, False]
