@@ -5,8 +5,11 @@ Resize-with-pad to the model resolution on the device, without allocating per fr
 
 Equals LeRobot/openpi ``resize_with_pad_torch`` (bilinear, align_corners=False, aspect kept,
 centered black padding) followed by the [0, 1] -> [-1, 1] scaling, up to float rounding. The
-bilinear filter is applied as two gathers along width, two along height, and a weighted sum,
-all into preallocated scratch buffers; index/weight vectors are computed once per frame size.
+bilinear filter is two gathers along width, two along height, and a weighted sum; its index and
+weight vectors are computed once per frame size. On the GPU one Triton launch resizes any number
+of frames of any sizes, each described by a row of the frame table (FrameTable: the frame's
+offset in a byte buffer, its plan, and where its features go), so a CUDA graph can hold it; the
+PyTorch path (resize_into) works frame by frame in preallocated scratch buffers.
 """
 from dataclasses import dataclass
 
