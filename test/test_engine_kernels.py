@@ -31,7 +31,8 @@ skinny_linear = gemm.skinny_linear
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
                                    'fused_consumers_of_partial_sums',
-                                   'attention', 'self_attention', 'resize_frames', 'fp8_rows',
+                                   'attention', 'self_attention', 'resize_frames',
+                                   'frames_apart_resize_any_order_of_sizes', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path',
                                    'engine_frame_graph_keeps_encoded_frames_across_warmup',
                                    pytest.param('engine_guided_triton_path_matches_pytorch_path',

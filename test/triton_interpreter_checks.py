@@ -243,6 +243,30 @@ def check_resize_frames():
     assert header[:, 2].tolist() == [0, 0, 0, 1, 1, 1] and header[:, 3].tolist() == [0, 1, 2] * 2
 
 
+def check_frames_apart_resize_any_order_of_sizes():
+    """With frame_graph off: frames in their rows, sizes mixed in any order, one launch."""
+    from pi0_ros.engine import Pi0Engine
+    from pi0_ros.engine.config import EngineOptions, ModelDims
+
+    dims = dataclasses.replace(ModelDims.tiny(), image_size=28)
+    engine = Pi0Engine.random(dims, state_dim=6, action_dim=6, num_cameras=3,
+                              options=EngineOptions(device='cpu', max_batch=2, frame_graph=False,
+                                                    max_frame_height=60, max_frame_width=80))
+    assert not engine._packed_frames
+    rng = np.random.default_rng(8)
+    sizes = [(48, 64), (60, 40), (48, 64), (32, 32)]
+    resizer = FrameResizer(60, 80, 28, torch.device('cpu'))
+    expected = torch.empty(len(sizes), 3, 28, 28)
+    offset = 2  # rows 2.. of the device frames and of the table
+    for index, (height, width) in enumerate(sizes):
+        image = torch.from_numpy(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        engine._device_frames[offset + index, :image.numel()] = image.reshape(-1)
+        resizer.resize_into(image, expected[index])
+    scale_to_signed_unit(expected)
+    engine._prepare_pixels(sizes, offset)
+    close(engine._pixels[:len(sizes)], expected, 1e-5, 'frames apart, mixed sizes')
+
+
 def check_fp8_rows():
     # FP8 rows with row scales from the norm and GELU * up kernels, against the PyTorch path.
     # The rows are written to float32 here: the interpreter's float32 -> e4m3 cast loses a
