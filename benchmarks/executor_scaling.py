@@ -12,7 +12,9 @@ publishers (5), fed from another process as the fleet benchmark feeds its arms (
 per byte). Modes, executor/handlers[/control]:
 
 - executor `shared`: one SingleThreadedExecutor for every robot's node (as pi0_ros.fleet);
-  `per_robot`: one per robot, each on its own thread;
+  `per_robot`: one per robot, each on its own thread; `events`: one rclpy.experimental.
+  EventsExecutor (Jazzy, C++) for every robot's node (measured, not used by the node: in a quick
+  test, a thread publishing to a topic that the same process subscribes to through it hung);
 - handlers `all`: rclpy's default QoS event handlers on every publisher and subscription (28 per
   robot: the node before pi0_ros.qos.NO_SUBSCRIPTION_EVENTS); `node`: those the node makes now
   (16); `none`: none (what the executor costs without them);
@@ -189,8 +191,12 @@ def measure(mode, arms, seconds, args):
     robots = [StandInRobot(f'arm{i + 1}', context, handlers) for i in range(arms)]
     control = (None if control_mode == 'none'
                else start_control(control_mode, robots, context, args.control_rate))
-    served = [robots] if executor_kind == 'shared' else [[robot] for robot in robots]
-    executors = [SingleThreadedExecutor(context=context) for _ in served]
+    served = [robots] if executor_kind in ('shared', 'events') else [[robot] for robot in robots]
+    if executor_kind == 'events':
+        from rclpy.experimental import EventsExecutor
+        executors = [EventsExecutor(context=context)]
+    else:
+        executors = [SingleThreadedExecutor(context=context) for _ in served]
     for executor, nodes in zip(executors, served):
         for robot in nodes:
             executor.add_node(robot)
@@ -264,8 +270,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--arms', default='1,4,8', help='robot counts')
     parser.add_argument('--modes', default='shared/all,shared/node,per_robot/node',
-                        help='executor/handlers[/control]: shared or per_robot / all, node or '
-                             'none [/ each or shared]')
+                        help='executor/handlers[/control]: shared, per_robot or events / all, '
+                             'node or none [/ each or shared]')
     parser.add_argument('--control-rate', type=float, default=100.0, help='Hz, with control')
     parser.add_argument('--seconds', type=float, default=10.0, help='measured per run')
     parser.add_argument('--camera-rate', type=float, default=30.0)
