@@ -166,7 +166,7 @@ class FrameTable:
         row[:TABLE_HEADER_WORDS].view(np.int64)[:] = (offset, width, slot, cam)
 
     def clear(self) -> None:
-        """Zero every row (a zero row reads byte 0 and writes zeros to slot 0, camera 0)."""
+        """Zero every row (a zero row has zero weights, and its features go to slot 0, cam 0)."""
         self.rows[:] = 0
         self._row_sizes = [None] * len(self.rows)
 
