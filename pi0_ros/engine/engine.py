@@ -287,7 +287,10 @@ class Pi0Engine:
             setattr(self, name, torch.zeros(shape, dtype=dtype, device=dev))
         self._key_mask.fill_(True)
         self._prefix_valid.fill_(self._prefix_length)
-        self._resizer = FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev)
+        # The PyTorch resize's scratch (the Triton kernel reads the frames and writes the pixels
+        # with no scratch).
+        self._resizer = (None if use_triton(self._pixels) else
+                         FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev))
         # Frame staging: the frame table's rows, then the frames (one row of the largest frame
         # each when uploaded one by one, back to back when packed); the same layout on the host.
         frames, words = max_b * cams, table_words(d.image_size)
@@ -342,7 +345,8 @@ class Pi0Engine:
         """data_ptr of every preallocated buffer (stable across calls; for tests)."""
         names = [name for name, value in vars(self).items() if isinstance(value, torch.Tensor)]
         pointers = {name: getattr(self, name).data_ptr() for name in names}
-        for index, tensor in enumerate(self._resizer.buffers()):
+        buffers = self._resizer.buffers() if self._resizer is not None else []
+        for index, tensor in enumerate(buffers):
             pointers[f'_resizer.{index}'] = tensor.data_ptr()
         return pointers
 

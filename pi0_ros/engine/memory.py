@@ -9,7 +9,7 @@ The estimate has four parts:
              Pi0Engine allocates from: engine.device_buffer_shapes)
   workspace  the largest set of activations alive at once inside one stage (vision, prefix or
              denoise) at the largest bucket, counted from the stage code's tensors
-  fixed      frame-resize scratch and the cuBLAS workspaces
+  fixed      the cuBLAS workspaces, and the frame-resize scratch where Triton is missing
 Memory is what PyTorch's allocator hands out (torch.cuda.max_memory_allocated), not the CUDA
 context, which every process on the GPU pays once.
 """
@@ -141,9 +141,11 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
 
 
 def fixed_bytes(options: EngineOptions, dims: ModelDims) -> int:
-    """Frame-resize scratch and the cuBLAS workspaces (independent of the batch)."""
+    """The cuBLAS workspaces and frame-resize scratch (independent of the batch)."""
     size = dims.image_size
-    resize = 2 * options.max_frame_height * size * 3 * (1 + 4) + 2 * size * size * 3 * 4
+    # Only the PyTorch resize has scratch (preprocess.FrameResizer); the Triton kernel has none.
+    resize = (0 if kernels.triton is not None else
+              2 * options.max_frame_height * size * 3 * (1 + 4) + 2 * size * size * 3 * 4)
     streams = 3 if options.overlap_first_step else 2
     return resize + streams * CUBLAS_WORKSPACE_BYTES_PER_STREAM
 
