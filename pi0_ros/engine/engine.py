@@ -907,22 +907,9 @@ class Pi0Engine:
             torch.index_select(self.weights.embed_tokens, 0, self._tokens[slot], out=language)
             language.mul_(self.weights.embed_scale)
             self._slot_instructions[slot] = instruction
-        # State (normalized on the host in float32, as LeRobot's normalizer computes it).
-        host_state = self._host_state.numpy()
-        for slot, (_, state, _, _, noise) in enumerate(checked):
-            host_state[slot, :self.state_dim] = (state - self._state_stats.mean) \
-                / self._state_denominator
-            host_state[slot, self.state_dim:] = 0.0
-        self._state[:batch].copy_(self._host_state[:batch], non_blocking=True)
-        # Noise: given per observation, or drawn from the engine's generator.
-        if any(noise is None for *_, noise in checked):
-            torch.randn(self._noise[:bucket].shape, generator=self._generator,
-                        out=self._noise[:bucket])
-        for slot, (*_, noise) in enumerate(checked):
-            if noise is not None:
-                self._host_noise[slot].numpy()[:] = noise
-                self._noise[slot].copy_(self._host_noise[slot], non_blocking=True)
-        # Frames: only cameras whose key changed are copied, resized and encoded.
+        # Frames first: only cameras whose key changed are copied, resized and encoded. The GPU
+        # starts on them while the host writes the state and noise (each launch from Python may
+        # wait for the GIL on a busy host).
         pending = []
         hits = [0] * batch
         for slot, (frames, _, _, keys, _) in enumerate(checked):
@@ -940,12 +927,27 @@ class Pi0Engine:
                 self._events['preprocess'].record()
 
         self._encode_pending(pending, preprocessed)
+        # State (normalized on the host in float32, as LeRobot's normalizer computes it).
+        host_state = self._host_state.numpy()
+        for slot, (_, state, _, _, noise) in enumerate(checked):
+            host_state[slot, :self.state_dim] = (state - self._state_stats.mean) \
+                / self._state_denominator
+            host_state[slot, self.state_dim:] = 0.0
+        self._state[:batch].copy_(self._host_state[:batch], non_blocking=True)
+        # Noise: given per observation, or drawn from the engine's generator.
+        if any(noise is None for *_, noise in checked):
+            torch.randn(self._noise[:bucket].shape, generator=self._generator,
+                        out=self._noise[:bucket])
+        for slot, (*_, noise) in enumerate(checked):
+            if noise is not None:
+                self._host_noise[slot].numpy()[:] = noise
+                self._noise[slot].copy_(self._host_noise[slot], non_blocking=True)
         marks['vision'] = time.perf_counter()
         if cuda:
             self._events['vision'].record()
         # The prefix ends after the longest prompt of the call, in its prompt bucket (padding
         # slots of the batch bucket are cut there too: their results are discarded).
-        longest = int(self._host_prefix_valid[:batch].max()) - self._image_tokens
+        longest = int(self._host_prefix_valid.numpy()[:batch].max()) - self._image_tokens
         shape = (bucket, self._image_tokens
                  + next(n for n in self._prompt_lengths if n >= longest))
         guided = any(plan is not None for plan, _ in plans)
