@@ -141,7 +141,7 @@ def workspace_bytes(dims: ModelDims, num_cameras: int, batch: int, dtype: torch.
 
 
 def fixed_bytes(options: EngineOptions, dims: ModelDims) -> int:
-    """The cuBLAS workspaces and frame-resize scratch (independent of the batch)."""
+    """Return the bytes of the cuBLAS workspaces and frame-resize scratch (batch-independent)."""
     size = dims.image_size
     # Only the PyTorch resize has scratch (preprocess.FrameResizer); the Triton kernel has none.
     resize = (0 if kernels.triton is not None else
