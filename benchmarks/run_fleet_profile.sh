@@ -13,8 +13,9 @@
 # Settings (environment): ARMS (8), MODES (rtc,blend), FLEET_ARGS ('--max-batch 4'),
 # DURATION (15 s recorded per run), PROFILE_AFTER (45 s from the fleet's start), PROFILE_S (10),
 # PYSPY_ARGS (--idle; --gil samples only the thread that holds the GIL: what the others wait on).
-# A mode is a chunk hand-over, optionally with another parameter of every node after a slash:
-# MODES=blend,blend/gil_switch_interval:=0.00005 (run folder blend_gil_switch_interval_0.00005).
+# A mode is a chunk hand-over, optionally with other parameters of every node, each after a slash:
+# MODES=blend,blend/gil_switch_interval:=0.00005 (run folder blend_gil_switch_interval_0.00005),
+# MODES=blend/prefix_fp8_layers:=4-16/publish_on_chunk:=true.
 # Out: $OUT/<run>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per run
 # fleet.json, fleet.png, pyspy.txt (raw stacks per thread, with counts), logs.tar.gz, <run>.log.
 set -uo pipefail
@@ -31,7 +32,10 @@ runs=()
 for entry in "${entries[@]}"; do
   handover="${entry%%/*}"
   extra=()
-  [ "$entry" != "$handover" ] && extra=(--node-parameter "${entry#*/}")
+  if [ "$entry" != "$handover" ]; then
+    IFS=/ read -ra parameters <<< "${entry#*/}"
+    for parameter in "${parameters[@]}"; do extra+=(--node-parameter "$parameter"); done
+  fi
   mode="$(echo "$entry" | sed 's#/#_#g; s#:=#_#g')"
   runs+=("$mode")
   echo "== $mode: ${ARMS:-8} arms, ${FLEET_ARGS:---max-batch 4}"

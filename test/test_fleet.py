@@ -128,9 +128,13 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
     monkeypatch.setattr(fleet_bench, 'claim_domain_id', lambda: ros_domain_id)
     # Three arms, two observations per engine call: the arms take turns, and none starves.
     # With two processes: arm1 and arm2 in one, arm3 in the other, each with its engine.
+    # With two processes the robots also publish each chunk as it arrives (publish_on_chunk):
+    # more commands than ticks, the ticks counted apart.
+    extra = ['--node-parameter', 'publish_on_chunk:=True'] if processes == 2 else []
     code = fleet_bench.main(['--arms', '3', '--max-batch', '2', '--duration', '3',
                              '--image-width', '160', '--image-height', '120', '--camera-rate',
-                             '10', '--processes', str(processes), '--output', str(tmp_path)])
+                             '10', '--processes', str(processes), '--output', str(tmp_path),
+                             *extra])
     report = json.loads((tmp_path / 'fleet.json').read_text())
     (result,) = report['results']
     assert code == 0, result
@@ -151,6 +155,8 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
         # Commands flow at about the control rate (counted on receipt in this process: with a
         # core kept busy, a fresh-clone CI run received 10 % less over these 3 s).
         assert arm['commands_per_s'] > 0 and abs(arm['command_rate_error_pct']) < 50
+        # The node's own count of its fixed-rate ticks (~/status): about the control rate.
+        assert abs(arm['tick_rate_error_pct']) < 50
     assert (tmp_path / 'fleet.png').stat().st_size > 0
 
 

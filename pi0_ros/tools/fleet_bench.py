@@ -10,7 +10,9 @@ joint states that track the commands). Once every arm follows the policy it reco
 seconds, per arm: chunks per second (~/action_chunk), the engine call that made each chunk
 (ActionChunk.total_ms: the whole batch), the chunk latency (its arrival here minus the camera
 stamp of its observation: synchronization, batch wait, inference and delivery), commands per
-second against control_rate, and every command checked against the joint limits. Writes
+second against control_rate (received here, and the fixed-rate ticks as the node reports them in
+~/status: with publish_on_chunk the node also publishes between ticks), and every command
+checked against the joint limits. Writes
 fleet.json, fleet.png and the processes' logs (logs/) to --output. Default: the tiny random model
 on the CPU. --processes K splits the arms over K fleet processes, an engine each, as
 fleet.launch.py's processes:=K does.
@@ -78,6 +80,9 @@ class ArmRecord:
         self.clock = node.get_clock()
         # chunks: (t, engine ms, age, engine stage ms)
         self.command_times, self.chunks, self.state = [], [], None
+        # (t, the node's own rate of fixed-rate control ticks: PolicyStatus.control_rate_hz,
+        # which leaves out the commands that publish_on_chunk adds between the ticks)
+        self.tick_rates = []
         self.unsafe = 0
         node.create_subscription(JointTrajectory, f'/{robot}/joint_trajectory', self.on_command,
                                  50)
@@ -104,6 +109,7 @@ class ArmRecord:
 
     def on_status(self, msg):
         self.state = msg.output_state
+        self.tick_rates.append((time.monotonic(), float(msg.control_rate_hz)))
 
     def summary(self, begin, end, control_rate):
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""
@@ -116,6 +122,8 @@ class ArmRecord:
         def pct(values, q):
             return round(float(np.percentile(values, q)), 2) if values else None
         rate = commands / seconds
+        tick_rates = [hz for t, hz in self.tick_rates if begin <= t <= end and hz > 0]
+        tick_rate = float(np.median(tick_rates)) if tick_rates else 0.0
         return {'robot': self.robot, 'chunks_per_s': round(len(chunks) / seconds, 2),
                 'engine_call_p50_ms': pct(engine, 50), 'engine_call_p99_ms': pct(engine, 99),
                 'chunk_latency_p50_ms': pct(ages, 50), 'chunk_latency_p99_ms': pct(ages, 99),
@@ -126,6 +134,9 @@ class ArmRecord:
                     for index, name in enumerate(('preprocess', 'vision', 'prefix', 'denoise'))},
                 'commands_per_s': round(rate, 2),
                 'command_rate_error_pct': round((rate - control_rate) / control_rate * 100, 2),
+                # The fixed-rate ticks as the node counts them (median of its status reports).
+                'tick_rate_hz': round(tick_rate, 2),
+                'tick_rate_error_pct': round((tick_rate - control_rate) / control_rate * 100, 2),
                 'unsafe_commands': self.unsafe}
 
 
@@ -186,6 +197,7 @@ def run_count(count, args, logs, env):
         engine_call_p50_ms_median=float(np.median([a['engine_call_p50_ms'] or 0
                                                    for a in per_arm])),
         command_rate_error_pct_max_abs=max(abs(a['command_rate_error_pct']) for a in per_arm),
+        tick_rate_error_pct_max_abs=max(abs(a['tick_rate_error_pct']) for a in per_arm),
         unsafe_commands=sum(a['unsafe_commands'] for a in per_arm))
     return result
 
@@ -241,7 +253,8 @@ def main(argv=None):
                 print(f"{count} arm(s): {result['chunks_per_s_per_arm_min']:.1f} chunks/s per "
                       f"arm (slowest), chunk latency p99 {result['chunk_latency_p99_ms_max']:.1f}"
                       f" ms, engine call p50 {result['engine_call_p50_ms_median']:.1f} ms, "
-                      f"command rate error {result['command_rate_error_pct_max_abs']:.2f} %, "
+                      f"command rate error {result['command_rate_error_pct_max_abs']:.2f} % "
+                      f"(ticks {result['tick_rate_error_pct_max_abs']:.2f} %), "
                       f"unsafe {result['unsafe_commands']}", flush=True)
     finally:
         rclpy.try_shutdown()
