@@ -128,8 +128,8 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
     monkeypatch.setattr(fleet_bench, 'claim_domain_id', lambda: ros_domain_id)
     # Three arms, two observations per engine call: the arms take turns, and none starves.
     # With two processes: arm1 and arm2 in one, arm3 in the other, each with its engine.
-    # With two processes the robots also publish each chunk as it arrives (publish_on_chunk):
-    # more commands than ticks, the ticks counted apart.
+    # With two processes the robots also publish each chunk as it arrives (publish_on_chunk);
+    # the benchmark then reports the node's fixed-rate ticks apart from the commands received.
     extra = ['--node-parameter', 'publish_on_chunk:=True'] if processes == 2 else []
     code = fleet_bench.main(['--arms', '3', '--max-batch', '2', '--duration', '3',
                              '--image-width', '160', '--image-height', '120', '--camera-rate',
