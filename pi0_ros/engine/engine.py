@@ -287,9 +287,10 @@ class Pi0Engine:
             setattr(self, name, torch.zeros(shape, dtype=dtype, device=dev))
         self._key_mask.fill_(True)
         self._prefix_valid.fill_(self._prefix_length)
-        # The PyTorch resize's scratch (the Triton kernel reads the frames and writes the pixels
-        # with no scratch).
-        self._resizer = (None if use_triton(self._pixels) else
+        # The Triton resize reads a frame table and needs no scratch; the PyTorch resize has its
+        # scratch and no table.
+        triton_resize = use_triton(self._pixels)
+        self._resizer = (None if triton_resize else
                          FrameResizer(o.max_frame_height, o.max_frame_width, d.image_size, dev))
         # Frame staging: the frame table's rows, then the frames (one row of the largest frame
         # each when uploaded one by one, back to back when packed); the same layout on the host.
@@ -299,10 +300,10 @@ class Pi0Engine:
             frames, words)
         self._device_frames = self._frame_staging[self._table_bytes:].view(frames, -1)
         # Packed frames: one upload and one frames graph (resize, vision, prefix) per call.
-        self._packed_frames = o.frame_graph and use_triton(self._pixels)
+        self._packed_frames = o.frame_graph and triton_resize
         self._host_frame_staging = self._host_frame_table = self._host_table = None
         self._host_frames = self._host_frames_bytes = None
-        if use_triton(self._pixels):  # the resize kernel reads the table (the PyTorch path not)
+        if triton_resize:
             self._host_frame_staging = torch.zeros(self._frame_staging.shape, dtype=torch.uint8,
                                                    pin_memory=pin)
             self._host_frame_table = self._host_frame_staging[:self._table_bytes].view(
