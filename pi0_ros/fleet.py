@@ -41,7 +41,7 @@ ENGINE_SETTINGS = ('checkpoint', 'tokenizer', 'random_model', 'seed', 'precision
                    'prefix_fp8_layers', 'max_image_height', 'max_image_width',
                    'encode_frames_ahead', 'frame_graph', 'chunk_handover', 'rtc_schedule',
                    'rtc_max_guidance_weight', 'rtc_execution_horizon', 'rtc_jacobian',
-                   'gpu_turns')
+                   'gpu_turns', 'gpu_turn_release')
 # The random model's normalization comes from the joint limits: they must agree too.
 RANDOM_MODEL_SETTINGS = ('position_lower', 'position_upper')
 
@@ -115,7 +115,8 @@ class SharedEngine:
                                logger=self._logger, niceness=settings.inference_niceness,
                                encode_frames_ahead=settings.encode_frames_ahead,
                                max_batch=self.max_batch, batch_wait_s=self._batch_wait_s,
-                               gpu_turns=settings.gpu_turns)
+                               gpu_turns=settings.gpu_turns,
+                               end_turn_after_prefix=settings.gpu_turn_release == 'prefix')
 
     def _check_same_engine(self, settings):
         names = ENGINE_SETTINGS + (RANDOM_MODEL_SETTINGS if not settings.checkpoint else ())

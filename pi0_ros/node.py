@@ -189,7 +189,8 @@ class Pi0ControlNode(LifecycleNode):
                 max_consecutive_failures=settings.max_consecutive_failures,
                 logger=self.get_logger(), niceness=settings.inference_niceness,
                 encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance,
-                gpu_turns=settings.gpu_turns)
+                gpu_turns=settings.gpu_turns,
+                end_turn_after_prefix=settings.gpu_turn_release == 'prefix')
         else:
             try:
                 self._worker = self._worker_provider(self, settings, self._on_chunk_result,

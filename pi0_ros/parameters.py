@@ -27,6 +27,7 @@ TRANSPORTS = ('raw', 'compressed')
 RELIABILITIES = ('best_effort', 'reliable')
 TRIGGERS = ('continuous', 'horizon')
 HANDOVERS = ('blend', 'rtc')
+TURN_RELEASES = ('chunk', 'prefix')
 # pi0_ros.engine.config.RTC_SCHEDULES (not imported: the engine brings torch with it).
 RTC_SCHEDULES = ('zeros', 'ones', 'linear', 'exp')
 
@@ -83,6 +84,10 @@ SPECS = {
                             'calls on the same GPU (an exclusive file lock per call), so that '
                             'each runs as fast as alone instead of time-sliced with theirs, on '
                             'the newest observations when its turn comes'),
+    'gpu_turn_release': Spec('chunk', "gpu_turns: when a call's turn ends: chunk = once its "
+                                      'chunk is back; prefix = once the GPU has run its prefix, '
+                                      "so the next process's host work overlaps this call's "
+                                      'denoising'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
@@ -214,6 +219,7 @@ class Settings:
     encode_frames_ahead: bool
     frame_graph: bool
     gpu_turns: bool
+    gpu_turn_release: str
     camera_names: list
     camera_topics: list
     camera_transports: list
@@ -318,6 +324,8 @@ def validate_value(name, value):
         _choice(name, value, TRIGGERS)
     elif name == 'chunk_handover':
         _choice(name, value, HANDOVERS)
+    elif name == 'gpu_turn_release':
+        _choice(name, value, TURN_RELEASES)
     elif name == 'rtc_schedule':
         _choice(name, value, RTC_SCHEDULES)
     elif name in ('camera_reliability', 'joint_state_reliability'):

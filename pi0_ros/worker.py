@@ -19,12 +19,15 @@ a frame later completes finds its features ready and only encodes the frames sti
 `guidance` callback (Real-Time Chunking), each call is guided towards the plan the callback
 reports as executing when the call starts; without one, or where it cannot be used, the call runs
 plain, counted and logged. With `gpu_turns`, each call waits for its turn on a GPU that other
-processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations.
+processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations; the
+turn ends when the chunk is back, or (`end_turn_after_prefix`) once the GPU has run the call's
+prefix, so that the next process's host work overlaps this call's denoising.
 """
 from collections import deque
 import contextlib
 from dataclasses import dataclass
 import enum
+import inspect
 import os
 import threading
 import time
@@ -198,7 +201,7 @@ class InferenceWorker:
     def __init__(self, engine_factory, on_result=None, *, max_consecutive_failures=3,
                  logger=None, name='pi0_inference', latency_window=200, niceness=0,
                  encode_frames_ahead=True, warning_period_s=5.0, guidance=None, max_batch=1,
-                 batch_wait_s=0.0, gpu_turns=False):
+                 batch_wait_s=0.0, gpu_turns=False, end_turn_after_prefix=False):
         """
         Create the worker (its thread starts with start()).
 
@@ -211,6 +214,8 @@ class InferenceWorker:
         batch_wait_s: how long the oldest ready observation may wait for other robots' to join.
         gpu_turns: take turns on a CUDA device with other processes' engines (GpuTurns): each
         call waits for the GPU to be free of theirs, then takes the newest observations.
+        end_turn_after_prefix: with gpu_turns, a call's turn ends once the GPU has run its
+        prefix (the engine's on_prefix_done), not when the call returns.
         """
         if max_batch < 1 or batch_wait_s < 0:
             raise ValueError(f'max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, '
@@ -234,6 +239,8 @@ class InferenceWorker:
         self._engine = None
         self._gpu_turns = gpu_turns
         self._turns = None
+        self._end_turn_after_prefix = end_turn_after_prefix
+        self._end_turn_early = False  # asked, and the engine can (on_prefix_done)
         self._turn_wait_since = None  # monotonic time the thread began to wait for a turn
         self.state = WorkerState.STOPPED
         self.error = ''
@@ -441,6 +448,7 @@ class InferenceWorker:
             return
         if self._gpu_turns:
             self._turns = self._open_turns()
+            self._end_turn_early = self._turns is not None and self._early_turn_release()
         if getattr(self._engine, 'encode_frames', None) is None:
             with self._wakeup:  # an engine that cannot encode ahead: infer encodes every frame
                 self._encode_frames_ahead = False
@@ -589,16 +597,21 @@ class InferenceWorker:
         """Run the engine on the observations; return its outputs (raises what it raises)."""
         engine = self._engine
         guided = any(client.guidance is not None for client in batch)
+        # Optional arguments only where used: an engine without RTC or turns needs none.
+        extra = {'on_prefix_done': self._turns.release} if self._end_turn_early else {}
         if len(batch) == 1:
             client, observation = batch[0], observations[0]
-            extra = {'rtc': requests[0]} if guided else {}  # an engine without RTC needs none
+            if guided:
+                extra['rtc'] = requests[0]
             return [engine.infer(list(observation.frames), observation.state,
                                  observation.instruction,
                                  frame_keys=[client.frame_key(k) for k in observation.frame_keys],
                                  **extra)]
+        if guided:
+            extra['rtc'] = requests
         return engine.infer_batch(
             [(list(o.frames), o.state, o.instruction, [c.frame_key(k) for k in o.frame_keys])
-             for c, o in zip(batch, observations)], rtc=requests if guided else None)
+             for c, o in zip(batch, observations)], **extra)
 
     def _infer(self, batch, observations, requests=None):
         """Return one ChunkResult or None per observation (rejected, or the engine failed)."""
@@ -669,6 +682,18 @@ class InferenceWorker:
                                             f'far; the observation encodes it): '
                                             f'{type(error).__name__}: {error}',
                                   self._warning_period_s)
+
+    def _early_turn_release(self):
+        """Whether calls end their turn after the prefix (asked, and the engine can)."""
+        if not self._end_turn_after_prefix:
+            return False
+        methods = [self._engine.infer] + ([self._engine.infer_batch] if self._max_batch > 1
+                                          else [])
+        if all('on_prefix_done' in inspect.signature(method).parameters for method in methods):
+            return True
+        self._log('warning', 'this engine cannot end a GPU turn after the prefix: turns end '
+                             'with the call')
+        return False
 
     def _open_turns(self):
         from pi0_ros.engine.gpu_turns import GpuTurns

@@ -303,6 +303,32 @@ def test_batch_equals_single_calls():
         np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_on_prefix_done_is_called_once_between_the_prefix_and_the_denoising(monkeypatch):
+    # What ends a call's GPU turn early (gpu_turns): after the prefix, before the chunk.
+    pi0 = make_engine(max_batch=2)
+    order = []
+    run_stage = pi0._run_stage
+    monkeypatch.setattr(pi0, '_run_stage',
+                        lambda stage, size: order.append(stage) or run_stage(stage, size))
+    frames, state, noise = observation(30)
+    plain = pi0.infer(frames, state, 'grasp', noise=noise).actions
+    order.clear()
+    single = pi0.infer(frames, state, 'grasp', noise=noise,
+                       on_prefix_done=lambda: order.append('prefix done'))
+    assert order[-3:] == ['prefix', 'prefix done', 'denoise']
+    assert order.count('prefix done') == 1
+    np.testing.assert_array_equal(single.actions, plain)
+    order.clear()
+    pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2,
+                    on_prefix_done=lambda: order.append('prefix done'))
+    assert order[-3:] == ['prefix', 'prefix done', 'denoise']
+    # A call refused before its prefix does not call it.
+    order.clear()
+    with pytest.raises(InputError):
+        pi0.infer(frames, state[:2], 'grasp', on_prefix_done=lambda: order.append('prefix done'))
+    assert 'prefix done' not in order
+
+
 def test_chosen_batch_buckets_pad_to_the_next_bucket(monkeypatch):
     pi0 = make_engine(max_batch=3, batch_buckets=(1, 3))
     sizes = []

@@ -137,3 +137,67 @@ def test_the_worker_takes_the_newest_observation_once_the_turn_is_its(tmp_path, 
     assert worker.stop(TIMEOUT) and worker.state is WorkerState.STOPPED
     assert wait_for(lambda: engine.closed)
     other.close()
+
+
+def turn_free(path):
+    """Whether no one holds the turn of the turns at path."""
+    probe = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(probe)
+
+
+def test_a_turn_released_in_its_block_is_free_and_not_released_twice(tmp_path):
+    path = tmp_path / 'gpu.lock'
+    first, other = GpuTurns(path), GpuTurns(path)
+    with first:
+        assert not turn_free(path)
+        first.release()
+        assert turn_free(path)
+        with other:  # the other process's turn begins while the first block still runs
+            first.release()  # a second release does not end the other's turn
+            assert not turn_free(path)
+    assert turn_free(path)
+    first.close()
+    other.close()
+
+
+class PrefixEngine(ScriptedEngine):
+    """A ScriptedEngine that ends the GPU turn where Pi0Engine would: after its prefix."""
+
+    def __init__(self):
+        super().__init__()
+        self.prefix_done = threading.Event()
+
+    def infer(self, frames, state, instruction, frame_keys=None, on_prefix_done=None):
+        if on_prefix_done is not None:
+            on_prefix_done()
+        self.prefix_done.set()
+        return super().infer(frames, state, instruction, frame_keys)
+
+
+@pytest.mark.parametrize('after_prefix, engine_type, ends_early', [
+    (True, PrefixEngine, True),
+    (False, PrefixEngine, False),
+    (True, ScriptedEngine, False),  # an engine without on_prefix_done: a warning
+])
+def test_the_turn_ends_after_the_prefix_where_asked_and_the_engine_can(
+        tmp_path, monkeypatch, after_prefix, engine_type, ends_early):
+    path = tmp_path / 'gpu.lock'
+    monkeypatch.setattr(gpu_turns.GpuTurns, 'for_device',
+                        classmethod(lambda cls, device: cls(path)))
+    engine, collector = engine_type(), Collector()
+    worker = started_worker(engine, collector, gpu_turns=True,
+                            end_turn_after_prefix=after_prefix)
+    worker.submit(observation())
+    assert wait_for(lambda: engine.calls == ['pick'])  # in the call, waiting for its gate
+    assert turn_free(path) == ends_early
+    engine.gate.release()
+    collector.wait()
+    assert turn_free(path)
+    assert worker.stop(TIMEOUT)

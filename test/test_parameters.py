@@ -82,6 +82,7 @@ def test_default_limits_are_the_simulated_arms():
     ('random_model', 'huge', 'random_model'),
     ('prefix_fp8_layers', '4-', 'prefix_fp8_layers'),
     ('prefix_fp8_layers', '16-4', 'prefix_fp8_layers'),
+    ('gpu_turn_release', 'denoise', 'gpu_turn_release'),
 ])
 def test_bad_values_name_the_parameter(name, value, fragment):
     with pytest.raises(ParameterError) as error:

@@ -584,22 +584,26 @@ class Pi0Engine:
             self._stage_function(stage, size)()
 
     def infer(self, frames, state, instruction, frame_keys=None, noise=None,
-              rtc=None) -> InferenceResult:
+              rtc=None, on_prefix_done=None) -> InferenceResult:
         """
         One observation -> InferenceResult (actions [chunk_size, action_dim] float32).
 
         rtc: an RTCRequest guides the chunk towards the previous one (Real-Time Chunking);
         one that cannot be used runs without guidance (result.rtc_applied, rtc_reason).
+        on_prefix_done: called once on this thread when the device has run the call's work up
+        to its denoising (e.g. to end its GPU turn: pi0_ros.engine.gpu_turns); not called when
+        the call fails before.
         """
-        return self._infer([(frames, state, instruction, frame_keys)], [noise], [rtc])[0]
+        return self._infer([(frames, state, instruction, frame_keys)], [noise], [rtc],
+                           on_prefix_done)[0]
 
-    def infer_batch(self, observations, rtc=None) -> list:
+    def infer_batch(self, observations, rtc=None, on_prefix_done=None) -> list:
         """
         Several observations (frames, state, instruction, frame_keys) in one pass.
 
         A fifth tuple element, if given, is that observation's noise (as for infer()). rtc:
         None, or one RTCRequest or None per observation (a list of another length runs every
-        observation without guidance, and each result says so).
+        observation without guidance, and each result says so). on_prefix_done: as for infer().
         """
         observations = list(observations)
         if not observations:
@@ -613,7 +617,7 @@ class Pi0Engine:
                                  '[, frame_keys[, noise]])')
         padded = [tuple(o) + (None,) * (5 - len(o)) for o in observations]
         return self._infer([o[:4] for o in padded], [o[4] for o in padded],
-                           self._batch_requests(rtc, len(observations)))
+                           self._batch_requests(rtc, len(observations)), on_prefix_done)
 
     @staticmethod
     def _batch_requests(rtc, count: int) -> list:
@@ -830,7 +834,8 @@ class Pi0Engine:
         for slot, cam, key, _ in pending:
             self._slot_frame_keys[slot][cam] = key
 
-    def _infer(self, observations: list, noises: list, requests: list) -> list:
+    def _infer(self, observations: list, noises: list, requests: list,
+               on_prefix_done=None) -> list:
         self._check_open()
         call_start = time.perf_counter()
         checked = [self._validate(i, *obs, noise)
@@ -841,7 +846,7 @@ class Pi0Engine:
                  for request in requests]
         with self._lock, torch.inference_mode():
             self._check_open()
-            return self._infer_locked(checked, plans, call_start)
+            return self._infer_locked(checked, plans, call_start, on_prefix_done)
 
     def _load_guidance(self, plans: list, bucket: int) -> None:
         """Fill the guidance buffers of the bucket's slots (zero weights: no guidance)."""
@@ -861,18 +866,29 @@ class Pi0Engine:
                              (self._rtc_guidance, self._host_rtc_guidance)):
             device[:bucket].copy_(host[:bucket], non_blocking=True)
 
-    def _run_denoising(self, shape: tuple, batch: int, guided: bool, marks: dict) -> None:
-        """Run the prefix and denoise stages (guided or plain), with their marks and events."""
+    def _run_denoising(self, shape: tuple, batch: int, guided: bool, marks: dict,
+                       on_prefix_done=None) -> None:
+        """
+        Run the prefix and denoise stages (guided or plain), with their marks and events.
+
+        on_prefix_done() is called once the device has run the prefix (on a GPU: the denoising
+        and the chunk's copy are queued first, so the device has work while it runs).
+        """
         cuda = self._is_cuda
         self._run_stage('prefix_rtc' if guided else 'prefix', shape)
         marks['prefix'] = time.perf_counter()
         if cuda:
             self._events['prefix'].record()
+        elif on_prefix_done is not None:
+            on_prefix_done()
         self._run_stage('denoise_rtc' if guided else 'denoise', shape)
         marks['denoise'] = time.perf_counter()
         if cuda:
             self._events['denoise'].record()
             self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
+            if on_prefix_done is not None:
+                self._events['prefix'].synchronize()
+                on_prefix_done()
             torch.cuda.current_stream(self.device).synchronize()  # the chunk and every event
 
     def _unnormalize(self, chunk: np.ndarray) -> np.ndarray:
@@ -880,7 +896,8 @@ class Pi0Engine:
             return chunk[..., :self.action_dim] * self._action_stats.std \
                 + self._action_stats.mean
 
-    def _infer_locked(self, checked: list, plans: list, call_start: float) -> list:
+    def _infer_locked(self, checked: list, plans: list, call_start: float,
+                      on_prefix_done=None) -> list:
         d = self.dims
         batch = len(checked)
         bucket = next(b for b in self._buckets if b >= batch)
@@ -954,7 +971,7 @@ class Pi0Engine:
         guided = any(plan is not None for plan, _ in plans)
         if guided:
             self._load_guidance(plans, bucket)
-        self._run_denoising(shape, batch, guided, marks)
+        self._run_denoising(shape, batch, guided, marks, on_prefix_done)
         self._remember_frame_keys(pending)
         chunk = self._host_chunk[:batch].numpy()
         reasons = [reason for _, reason in plans]
@@ -971,6 +988,7 @@ class Pi0Engine:
                 guided = any(plan is not None for plan, _ in plans)
                 if guided:
                     self._load_guidance(plans, bucket)
+                # on_prefix_done was called: this rare rerun may share the device with others.
                 self._run_denoising(shape, batch, guided, marks)
                 chunk = self._host_chunk[:batch].numpy()
         if not np.isfinite(chunk).all():

@@ -11,6 +11,9 @@ the observation a call takes is the newest one when its turn begins. A process t
 its turn with its file descriptor. Every process of the same user on the same GPU that asks for
 turns takes part (fleet processes, control nodes), whatever its launch.
 
+A call may end its turn before it returns (release(), e.g. once the GPU has run its prefix): the
+next process's host work before its first launch then overlaps this call's last kernels.
+
 Turns are handed on in order: a process queues at a gate (a second lock file) and keeps the gate
 while it waits for the turn, so the process that just had the turn queues behind it. Without the
 gate a process asking again right after its call often wins the lock before the waiting one
@@ -31,6 +34,7 @@ class GpuTurns:
         self._gate = os.open(self.path + '.gate', os.O_RDWR | os.O_CREAT, 0o600)
         self.last_wait_s = 0.0    # how long the last turn waited for other processes'
         self.waited = 0           # turns that found the GPU in another process's turn
+        self._held = False
 
     @classmethod
     def for_device(cls, device, directory=None):
@@ -56,11 +60,18 @@ class GpuTurns:
             fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.last_wait_s = time.monotonic() - started if waited else 0.0
         self.waited += waited
+        self._held = True
         return self
 
     def __exit__(self, *exc):
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self.release()
         return False
+
+    def release(self):
+        """End the turn now (once; the `with` block's end then releases nothing)."""
+        if self._held:
+            self._held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self):
         """Close the files (a turn held is released)."""
