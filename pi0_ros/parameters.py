@@ -84,10 +84,10 @@ SPECS = {
                             'calls on the same GPU (an exclusive file lock per call), so that '
                             'each runs as fast as alone instead of time-sliced with theirs, on '
                             'the newest observations when its turn comes'),
-    'gpu_turn_release': Spec('chunk', "gpu_turns: when a call's turn ends: chunk = once its "
-                                      'chunk is back; prefix = once the GPU has run its prefix, '
-                                      "so the next process's host work overlaps this call's "
-                                      'denoising'),
+    'gpu_turn_release': Spec('prefix', "gpu_turns: when a call's turn ends: prefix = once the "
+                                       "GPU has run its prefix, so the next process's host work "
+                                       "overlaps this call's denoising; chunk = once its chunk "
+                                       'is back (each call alone on the GPU)'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),
