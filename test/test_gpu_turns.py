@@ -67,9 +67,9 @@ def test_a_process_killed_in_its_turn_releases_it(tmp_path):
     turns.close()
 
 
-def gate_held(path):
-    """Whether someone holds the gate of the turns at path (a waiting process does)."""
-    probe = os.open(f'{path}.gate', os.O_RDWR | os.O_CREAT, 0o600)
+def locked(path):
+    """Whether someone holds the flock of the file at path."""
+    probe = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(probe, fcntl.LOCK_UN)
@@ -78,6 +78,16 @@ def gate_held(path):
         return True
     finally:
         os.close(probe)
+
+
+def gate_held(path):
+    """Whether someone holds the gate of the turns at path (a waiting process does)."""
+    return locked(f'{path}.gate')
+
+
+def turn_free(path):
+    """Whether no one holds the turn of the turns at path."""
+    return not locked(path)
 
 
 def test_a_process_asking_again_at_once_queues_behind_the_one_waiting(tmp_path):
@@ -137,19 +147,6 @@ def test_the_worker_takes_the_newest_observation_once_the_turn_is_its(tmp_path, 
     assert worker.stop(TIMEOUT) and worker.state is WorkerState.STOPPED
     assert wait_for(lambda: engine.closed)
     other.close()
-
-
-def turn_free(path):
-    """Whether no one holds the turn of the turns at path."""
-    probe = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(probe)
 
 
 def test_a_turn_released_in_its_block_is_free_and_not_released_twice(tmp_path):
