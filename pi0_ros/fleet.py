@@ -116,7 +116,7 @@ class SharedEngine:
                                encode_frames_ahead=settings.encode_frames_ahead,
                                max_batch=self.max_batch, batch_wait_s=self._batch_wait_s,
                                gpu_turns=settings.gpu_turns,
-                               end_turn_after_prefix=settings.gpu_turn_release == 'prefix')
+                               end_turn_early=settings.gpu_turn_release != 'chunk')
 
     def _check_same_engine(self, settings):
         names = ENGINE_SETTINGS + (RANDOM_MODEL_SETTINGS if not settings.checkpoint else ())

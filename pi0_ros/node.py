@@ -60,6 +60,13 @@ _OUTPUT_STATES = {
 }
 
 
+# gpu_turn_release denoise_tail: the Euler steps left when a call's GPU turn ends. In the fleet
+# runs of record gpu-turn-release-h100 (H100, 2 processes of 4 arms) the next process's host work
+# before its first launch took about 5 ms and a step of the batch-4 denoising about 1 ms, so the
+# next call's first kernels come about as the last step ends (not yet measured).
+GPU_TURN_TAIL_STEPS = 4
+
+
 def engine_options(settings, max_batch=1, batch_buckets=()):
     """Return the EngineOptions the parameters ask for (max_batch: robots served at once)."""
     from pi0_ros.engine import EngineOptions, RTCOptions
@@ -76,7 +83,9 @@ def engine_options(settings, max_batch=1, batch_buckets=()):
                          max_frame_width=settings.max_image_width,
                          prefix_fp8=bool(fp8_layers),
                          prefix_fp8_layers=parse_layer_ranges(fp8_layers) if fp8_layers
-                         else (), frame_graph=settings.frame_graph, rtc=rtc)
+                         else (), frame_graph=settings.frame_graph, rtc=rtc,
+                         denoise_tail_steps=GPU_TURN_TAIL_STEPS if settings.gpu_turns and
+                         settings.gpu_turn_release == 'denoise_tail' else 0)
 
 
 def build_engine(settings, options=None):
@@ -190,7 +199,7 @@ class Pi0ControlNode(LifecycleNode):
                 logger=self.get_logger(), niceness=settings.inference_niceness,
                 encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance,
                 gpu_turns=settings.gpu_turns,
-                end_turn_after_prefix=settings.gpu_turn_release == 'prefix')
+                end_turn_early=settings.gpu_turn_release != 'chunk')
         else:
             try:
                 self._worker = self._worker_provider(self, settings, self._on_chunk_result,

@@ -27,7 +27,7 @@ TRANSPORTS = ('raw', 'compressed')
 RELIABILITIES = ('best_effort', 'reliable')
 TRIGGERS = ('continuous', 'horizon')
 HANDOVERS = ('blend', 'rtc')
-TURN_RELEASES = ('chunk', 'prefix')
+TURN_RELEASES = ('chunk', 'prefix', 'denoise_tail')
 # pi0_ros.engine.config.RTC_SCHEDULES (not imported: the engine brings torch with it).
 RTC_SCHEDULES = ('zeros', 'ones', 'linear', 'exp')
 
@@ -86,8 +86,10 @@ SPECS = {
                             'the newest observations when its turn comes'),
     'gpu_turn_release': Spec('prefix', "gpu_turns: when a call's turn ends: prefix = once the "
                                        "GPU has run its prefix, so the next process's host work "
-                                       "overlaps this call's denoising; chunk = once its chunk "
-                                       'is back (each call alone on the GPU)'),
+                                       "overlaps this call's denoising; denoise_tail = once "
+                                       'only the last 4 denoising steps remain (their own CUDA '
+                                       'graph); chunk = once its chunk is back (each call alone '
+                                       'on the GPU)'),
     # Cameras.
     'camera_names': Spec(['front', 'side', 'wrist'], 'Camera names, in the order the policy '
                                                      'expects its views'),

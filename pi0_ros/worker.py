@@ -20,8 +20,9 @@ a frame later completes finds its features ready and only encodes the frames sti
 reports as executing when the call starts; without one, or where it cannot be used, the call runs
 plain, counted and logged. With `gpu_turns`, each call waits for its turn on a GPU that other
 processes' engines share (pi0_ros.engine.gpu_turns) before it takes the newest observations; the
-turn ends when the chunk is back, or (`end_turn_after_prefix`) once the GPU has run the call's
-prefix, so that the next process's host work overlaps this call's denoising.
+turn ends when the chunk is back, or (`end_turn_early`) once the GPU has run the call's work up to
+its tail (the engine's on_gpu_tail: the denoising, or its last steps), so that the next process's
+host work overlaps it.
 """
 from collections import deque
 import contextlib
@@ -201,7 +202,7 @@ class InferenceWorker:
     def __init__(self, engine_factory, on_result=None, *, max_consecutive_failures=3,
                  logger=None, name='pi0_inference', latency_window=200, niceness=0,
                  encode_frames_ahead=True, warning_period_s=5.0, guidance=None, max_batch=1,
-                 batch_wait_s=0.0, gpu_turns=False, end_turn_after_prefix=False):
+                 batch_wait_s=0.0, gpu_turns=False, end_turn_early=False):
         """
         Create the worker (its thread starts with start()).
 
@@ -214,8 +215,8 @@ class InferenceWorker:
         batch_wait_s: how long the oldest ready observation may wait for other robots' to join.
         gpu_turns: take turns on a CUDA device with other processes' engines (GpuTurns): each
         call waits for the GPU to be free of theirs, then takes the newest observations.
-        end_turn_after_prefix: with gpu_turns, a call's turn ends once the GPU has run its
-        prefix (the engine's on_prefix_done), not when the call returns.
+        end_turn_early: with gpu_turns, a call's turn ends once the GPU has run its work up to
+        its tail (the engine's on_gpu_tail), not when the call returns.
         """
         if max_batch < 1 or batch_wait_s < 0:
             raise ValueError(f'max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, '
@@ -239,8 +240,8 @@ class InferenceWorker:
         self._engine = None
         self._gpu_turns = gpu_turns
         self._turns = None
-        self._end_turn_after_prefix = end_turn_after_prefix
-        self._end_turn_early = False  # asked, and the engine can (on_prefix_done)
+        self._end_turn_early_asked = end_turn_early
+        self._end_turn_early = False  # asked, and the engine can (on_gpu_tail)
         self._turn_wait_since = None  # monotonic time the thread began to wait for a turn
         self.state = WorkerState.STOPPED
         self.error = ''
@@ -598,7 +599,7 @@ class InferenceWorker:
         engine = self._engine
         guided = any(client.guidance is not None for client in batch)
         # Optional arguments only where used: an engine without RTC or turns needs none.
-        extra = {'on_prefix_done': self._turns.release} if self._end_turn_early else {}
+        extra = {'on_gpu_tail': self._turns.release} if self._end_turn_early else {}
         if len(batch) == 1:
             client, observation = batch[0], observations[0]
             if guided:
@@ -684,15 +685,15 @@ class InferenceWorker:
                                   self._warning_period_s)
 
     def _early_turn_release(self):
-        """Whether calls end their turn after the prefix (asked, and the engine can)."""
-        if not self._end_turn_after_prefix:
+        """Whether calls end their turn at the engine's on_gpu_tail (asked, and it can)."""
+        if not self._end_turn_early_asked:
             return False
         methods = [self._engine.infer] + ([self._engine.infer_batch] if self._max_batch > 1
                                           else [])
-        if all('on_prefix_done' in inspect.signature(method).parameters for method in methods):
+        if all('on_gpu_tail' in inspect.signature(method).parameters for method in methods):
             return True
-        self._log('warning', 'this engine cannot end a GPU turn after the prefix: turns end '
-                             'with the call')
+        self._log('warning', 'this engine cannot end a GPU turn before its call returns '
+                             '(on_gpu_tail): turns end with the call')
         return False
 
     def _open_turns(self):

@@ -218,17 +218,17 @@ def test_first_denoising_step_in_the_prefix_stage_gives_the_same_chunk():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize('overlap', [True, False])
-def test_each_stage_gives_the_same_result_however_often_it_runs(overlap):
+@pytest.mark.parametrize('overlap, tail', [(True, 0), (False, 0), (True, 3), (False, 3)])
+def test_each_stage_gives_the_same_result_however_often_it_runs(overlap, tail):
     """CUDA graph capture runs a stage three times (two warm-up runs, the capture)."""
-    pi0 = make_engine(overlap_first_step=overlap)
+    pi0 = make_engine(overlap_first_step=overlap, denoise_tail_steps=tail)
     frames, state, noise = observation(13)
     sizes = {}
     run_stage = pi0._run_stage
     pi0._run_stage = lambda stage, size: sizes.setdefault(stage, size) and run_stage(stage, size)
     actions = pi0.infer(frames, state, 'grasp', noise=noise).actions
     once = pi0._chunk.clone()
-    for stage in ('vision', 'prefix', 'denoise'):
+    for stage in ('vision', 'prefix', 'denoise') + (('denoise_tail',) if tail else ()):
         size = sizes[stage]
         for _ in range(2):
             pi0._stage_function(stage, size)()
@@ -303,7 +303,7 @@ def test_batch_equals_single_calls():
         np.testing.assert_allclose(result.actions, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_on_prefix_done_is_called_once_between_the_prefix_and_the_denoising(monkeypatch):
+def test_on_gpu_tail_is_called_once_between_the_prefix_and_the_denoising(monkeypatch):
     # What ends a call's GPU turn early (gpu_turns): after the prefix, before the chunk.
     pi0 = make_engine(max_batch=2)
     order = []
@@ -314,19 +314,47 @@ def test_on_prefix_done_is_called_once_between_the_prefix_and_the_denoising(monk
     plain = pi0.infer(frames, state, 'grasp', noise=noise).actions
     order.clear()
     single = pi0.infer(frames, state, 'grasp', noise=noise,
-                       on_prefix_done=lambda: order.append('prefix done'))
+                       on_gpu_tail=lambda: order.append('prefix done'))
     assert order[-3:] == ['prefix', 'prefix done', 'denoise']
     assert order.count('prefix done') == 1
     np.testing.assert_array_equal(single.actions, plain)
     order.clear()
     pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2,
-                    on_prefix_done=lambda: order.append('prefix done'))
+                    on_gpu_tail=lambda: order.append('prefix done'))
     assert order[-3:] == ['prefix', 'prefix done', 'denoise']
     # A call refused before its prefix does not call it.
     order.clear()
     with pytest.raises(InputError):
-        pi0.infer(frames, state[:2], 'grasp', on_prefix_done=lambda: order.append('prefix done'))
+        pi0.infer(frames, state[:2], 'grasp', on_gpu_tail=lambda: order.append('prefix done'))
     assert 'prefix done' not in order
+
+
+def test_a_denoise_tail_of_its_own_gives_the_same_chunk_and_on_gpu_tail_comes_before_it(
+        monkeypatch):
+    frames, state, noise = observation(31)
+    plain = make_engine().infer(frames, state, 'grasp', noise=noise).actions
+    for overlap in (True, False):
+        pi0 = make_engine(denoise_tail_steps=3, overlap_first_step=overlap)
+        calls = []
+        steps, run_stage = pi0._denoise_steps, pi0._run_stage
+        monkeypatch.setattr(pi0, '_denoise_steps', lambda shape, order, *rest: (
+            calls.append(list(order)) or steps(shape, order, *rest)))
+        monkeypatch.setattr(pi0, '_run_stage', lambda stage, size: (
+            calls.append(stage) or run_stage(stage, size)))
+        tailed = pi0.infer(frames, state, 'grasp', noise=noise,
+                           on_gpu_tail=lambda: calls.append('tail begins'))
+        last = DIMS.num_steps
+        expected = (['prefix', [0], 'denoise', list(range(1, last - 3))] if overlap
+                    else ['prefix', 'denoise', list(range(last - 3))])
+        expected += ['tail begins', 'denoise_tail', list(range(last - 3, last))]
+        assert calls[calls.index('prefix'):] == expected
+        np.testing.assert_allclose(tailed.actions, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('tail', [-1, True, DIMS.num_steps - 1])
+def test_a_denoise_tail_needs_a_step_before_it(tail):
+    with pytest.raises(ValueError, match='denoise_tail_steps'):
+        make_engine(denoise_tail_steps=tail)
 
 
 def test_chosen_batch_buckets_pad_to_the_next_bucket(monkeypatch):

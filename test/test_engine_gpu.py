@@ -166,19 +166,22 @@ def test_batch_buckets_match_single_calls():
         np.testing.assert_allclose(result.actions, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_on_prefix_done_comes_once_the_prefix_ran_and_leaves_the_chunk_alone():
-    pi0 = make_engine(precision='bf16', max_batch=2)
+@pytest.mark.parametrize('tail', [0, 4])
+def test_on_gpu_tail_comes_once_the_work_before_the_tail_ran_and_leaves_the_chunk_alone(tail):
+    plain_engine = make_engine(precision='bf16', max_batch=2)
+    pi0 = make_engine(precision='bf16', max_batch=2, denoise_tail_steps=tail)
     pi0.warmup()
+    assert (('denoise_tail', (2, pi0._image_tokens + DIMS.tokenizer_max_length)) in pi0._graphs
+            ) == bool(tail)
     frames, state, noise = observation(12)
-    plain = pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2)
+    plain = plain_engine.infer_batch([(frames, state, 'grasp', None, noise)] * 2)
     seen = []
 
-    def prefix_done():
-        # The prefix's work is done on the GPU when this is called; the denoising is queued.
-        seen.append(pi0._events['prefix'].query())
-    early = pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2,
-                            on_prefix_done=prefix_done)
-    assert seen == [True]
+    def gpu_tail():
+        # The work before the tail is done on the GPU when this is called; the rest is queued.
+        seen.append((pi0._events['prefix'].query(), pi0._events['tail'].query()))
+    early = pi0.infer_batch([(frames, state, 'grasp', None, noise)] * 2, on_gpu_tail=gpu_tail)
+    assert seen == [(True, True)]
     for a, b in zip(plain, early):  # bf16 split-K sums are atomic: equal up to their order
         np.testing.assert_allclose(a.actions, b.actions, rtol=2e-2, atol=2e-2)
 

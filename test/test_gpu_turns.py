@@ -164,33 +164,28 @@ def test_a_turn_released_in_its_block_is_free_and_not_released_twice(tmp_path):
     other.close()
 
 
-class PrefixEngine(ScriptedEngine):
-    """A ScriptedEngine that ends the GPU turn where Pi0Engine would: after its prefix."""
+class TailEngine(ScriptedEngine):
+    """A ScriptedEngine that calls on_gpu_tail as Pi0Engine does, before its result."""
 
-    def __init__(self):
-        super().__init__()
-        self.prefix_done = threading.Event()
-
-    def infer(self, frames, state, instruction, frame_keys=None, on_prefix_done=None):
-        if on_prefix_done is not None:
-            on_prefix_done()
-        self.prefix_done.set()
+    def infer(self, frames, state, instruction, frame_keys=None, on_gpu_tail=None):
+        if on_gpu_tail is not None:
+            on_gpu_tail()
         return super().infer(frames, state, instruction, frame_keys)
 
 
-@pytest.mark.parametrize('after_prefix, engine_type, ends_early', [
-    (True, PrefixEngine, True),
-    (False, PrefixEngine, False),
-    (True, ScriptedEngine, False),  # an engine without on_prefix_done: a warning
+@pytest.mark.parametrize('early, engine_type, ends_early', [
+    (True, TailEngine, True),
+    (False, TailEngine, False),
+    (True, ScriptedEngine, False),  # an engine without on_gpu_tail: a warning
 ])
-def test_the_turn_ends_after_the_prefix_where_asked_and_the_engine_can(
-        tmp_path, monkeypatch, after_prefix, engine_type, ends_early):
+def test_the_turn_ends_at_the_engines_gpu_tail_where_asked_and_the_engine_can(
+        tmp_path, monkeypatch, early, engine_type, ends_early):
     path = tmp_path / 'gpu.lock'
     monkeypatch.setattr(gpu_turns.GpuTurns, 'for_device',
                         classmethod(lambda cls, device: cls(path)))
     engine, collector = engine_type(), Collector()
     worker = started_worker(engine, collector, gpu_turns=True,
-                            end_turn_after_prefix=after_prefix)
+                            end_turn_early=early)
     worker.submit(observation())
     assert wait_for(lambda: engine.calls == ['pick'])  # in the call, waiting for its gate
     assert turn_free(path) == ends_early

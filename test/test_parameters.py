@@ -123,6 +123,16 @@ def test_prefix_fp8_layers_reach_the_engine_options(monkeypatch):
         (False, ()), (True, ()), (True, (4, 5, 6, 9))]
 
 
+def test_the_denoise_tail_turn_release_gives_the_engine_a_denoise_tail():
+    from pi0_ros.node import engine_options, GPU_TURN_TAIL_STEPS
+    tails = [engine_options(settings_from_values(defaults(gpu_turn_release=release,
+                                                          gpu_turns=turns))).denoise_tail_steps
+             for release, turns in (('prefix', True), ('chunk', True), ('denoise_tail', True),
+                                    ('denoise_tail', False))]
+    assert tails == [0, 0, GPU_TURN_TAIL_STEPS, 0]
+    assert GPU_TURN_TAIL_STEPS > 0
+
+
 def test_frame_graph_reaches_the_engine_options(monkeypatch):
     from pi0_ros.engine import Pi0Engine
     from pi0_ros.node import build_engine

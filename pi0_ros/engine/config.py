@@ -188,6 +188,11 @@ class EngineOptions:
     # latency-bound step overlaps the compute-bound prefix (elsewhere after the prefix). The
     # prefix stage's time then includes that step, the denoise stage's the other nine.
     overlap_first_step: bool = True
+    # The last this many Euler steps run as a stage (CUDA graph) of their own, so that the host
+    # learns when only they remain (on_gpu_tail of infer/infer_batch: e.g. the next process's
+    # GPU turn begins, its host work before its first launch overlapping them). 0: one denoise
+    # stage (on_gpu_tail is called once the prefix has run). At most num_steps - 2.
+    denoise_tail_steps: int = 0
     # Real-Time Chunking defaults (RTCOptions). Set: its guided stages are captured at
     # warm-up. None: RTCOptions() defaults, guided stages captured on the first guided call.
     rtc: 'RTCOptions | None' = None
@@ -201,6 +206,10 @@ class EngineOptions:
                     and self.device[5:].isdigit())):
             raise ValueError("device must be 'auto', 'cpu', 'cuda' or 'cuda:N', "
                              f'got {self.device!r}')
+        if isinstance(self.denoise_tail_steps, bool) or not isinstance(
+                self.denoise_tail_steps, int) or self.denoise_tail_steps < 0:
+            raise ValueError('denoise_tail_steps must be an integer >= 0, '
+                             f'got {self.denoise_tail_steps!r}')
         for name in ('max_batch', 'max_frame_height', 'max_frame_width'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

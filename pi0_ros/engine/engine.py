@@ -79,7 +79,8 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_key_mask': ((max_batch, 1, 1, prefix_length), torch.bool),
         '_prefix_valid': ((max_batch,), torch.int64),
         '_state': ((max_batch, d.max_state_dim), torch.float32),
-        '_noise': chunk, '_after_first_step': chunk, '_chunk': chunk, '_cache_k': cache,
+        '_noise': chunk, '_after_first_step': chunk, '_denoise_head': chunk, '_chunk': chunk,
+        '_cache_k': cache,
         '_cache_v': cache,
         # Real-Time Chunking guidance (model.Guidance).
         '_rtc_prev': chunk, '_rtc_weights': ((max_batch, d.chunk_size, 1), torch.float32),
@@ -188,6 +189,9 @@ class Pi0Engine:
             # The last prefix layer only writes K/V: it has no MLP.
             raise ValueError(f'prefix_fp8_layers must be MLP layers 0..{dims.prefix_depth - 2}, '
                              f'got {options.prefix_fp8_layers}')
+        if options.denoise_tail_steps > dims.num_steps - 2:
+            raise ValueError(f'denoise_tail_steps must be at most {dims.num_steps - 2} (of '
+                             f'{dims.num_steps} steps), got {options.denoise_tail_steps}')
         self.dims = dims
         self.options = options
         self.state_dim = state_dim
@@ -340,7 +344,8 @@ class Pi0Engine:
                               if self._overlap_stream is not None else None)
         if self._is_cuda:
             self._events = {name: torch.cuda.Event(enable_timing=True)
-                            for name in ('start', 'preprocess', 'vision', 'prefix', 'denoise')}
+                            for name in ('start', 'preprocess', 'vision', 'prefix', 'tail',
+                                         'denoise')}
 
     def buffer_pointers(self) -> dict:
         """data_ptr of every preallocated buffer (stable across calls; for tests)."""
@@ -468,12 +473,17 @@ class Pi0Engine:
         return after_kv, before_layer
 
     def _denoise_stage(self, shape: tuple, guided: bool = False) -> None:
-        if self._overlaps_first_step(guided):
-            self._denoise_steps(shape, range(1, self.dims.num_steps), self._after_first_step,
-                                self._chunk, None, guided)
-        else:
-            self._denoise_steps(shape, range(self.dims.num_steps), self._noise, self._chunk,
-                                None, guided)
+        # The steps after the prefix stage's (overlap_first_step), up to the tail's.
+        first = 1 if self._overlaps_first_step(guided) else 0
+        tail = self.options.denoise_tail_steps
+        self._denoise_steps(shape, range(first, self.dims.num_steps - tail),
+                            self._after_first_step if first else self._noise,
+                            self._denoise_head if tail else self._chunk, None, guided)
+
+    def _denoise_tail_stage(self, shape: tuple, guided: bool = False) -> None:
+        steps = self.dims.num_steps
+        self._denoise_steps(shape, range(steps - self.options.denoise_tail_steps, steps),
+                            self._denoise_head, self._chunk, None, guided)
 
     def _denoise_steps(self, shape: tuple, steps, start: torch.Tensor, out: torch.Tensor,
                        before_layer=None, guided: bool = False) -> None:
@@ -492,9 +502,11 @@ class Pi0Engine:
         # ones are unchanged by it).
         body = {'vision': self._vision_stage, 'frames': self._frames_stage,
                 'prefix': self._prefix_stage,
-                'denoise': self._denoise_stage,
+                'denoise': self._denoise_stage, 'denoise_tail': self._denoise_tail_stage,
                 'prefix_rtc': lambda shape: self._prefix_stage(shape, guided=True),
-                'denoise_rtc': lambda shape: self._denoise_stage(shape, guided=True)}[stage]
+                'denoise_rtc': lambda shape: self._denoise_stage(shape, guided=True),
+                'denoise_tail_rtc': lambda shape: self._denoise_tail_stage(shape, guided=True),
+                }[stage]
 
         def run():
             # The BLAS library is picked per GEMM when it is queued: graphs keep the capture's.
@@ -568,6 +580,9 @@ class Pi0Engine:
                 stages = ('prefix', 'denoise')
                 if self.options.rtc is not None:
                     stages += ('prefix_rtc', 'denoise_rtc')
+                if self.options.denoise_tail_steps:
+                    stages += tuple(f'denoise_tail{stage[7:]}' for stage in stages
+                                    if stage.startswith('denoise'))
                 for prompt in self._prompt_lengths:
                     for stage in stages:
                         self._warm_stage(stage, (bucket, self._image_tokens + prompt))
@@ -584,26 +599,27 @@ class Pi0Engine:
             self._stage_function(stage, size)()
 
     def infer(self, frames, state, instruction, frame_keys=None, noise=None,
-              rtc=None, on_prefix_done=None) -> InferenceResult:
+              rtc=None, on_gpu_tail=None) -> InferenceResult:
         """
         One observation -> InferenceResult (actions [chunk_size, action_dim] float32).
 
         rtc: an RTCRequest guides the chunk towards the previous one (Real-Time Chunking);
         one that cannot be used runs without guidance (result.rtc_applied, rtc_reason).
-        on_prefix_done: called once on this thread when the device has run the call's work up
-        to its denoising (e.g. to end its GPU turn: pi0_ros.engine.gpu_turns); not called when
-        the call fails before.
+        on_gpu_tail: called once on this thread when all the device has left of the call is
+        its denoising, or with EngineOptions.denoise_tail_steps its last that many Euler steps
+        (e.g. to end its GPU turn: pi0_ros.engine.gpu_turns); not called when the call fails
+        before.
         """
         return self._infer([(frames, state, instruction, frame_keys)], [noise], [rtc],
-                           on_prefix_done)[0]
+                           on_gpu_tail)[0]
 
-    def infer_batch(self, observations, rtc=None, on_prefix_done=None) -> list:
+    def infer_batch(self, observations, rtc=None, on_gpu_tail=None) -> list:
         """
         Several observations (frames, state, instruction, frame_keys) in one pass.
 
         A fifth tuple element, if given, is that observation's noise (as for infer()). rtc:
         None, or one RTCRequest or None per observation (a list of another length runs every
-        observation without guidance, and each result says so). on_prefix_done: as for infer().
+        observation without guidance, and each result says so). on_gpu_tail: as for infer().
         """
         observations = list(observations)
         if not observations:
@@ -617,7 +633,7 @@ class Pi0Engine:
                                  '[, frame_keys[, noise]])')
         padded = [tuple(o) + (None,) * (5 - len(o)) for o in observations]
         return self._infer([o[:4] for o in padded], [o[4] for o in padded],
-                           self._batch_requests(rtc, len(observations)), on_prefix_done)
+                           self._batch_requests(rtc, len(observations)), on_gpu_tail)
 
     @staticmethod
     def _batch_requests(rtc, count: int) -> list:
@@ -835,7 +851,7 @@ class Pi0Engine:
             self._slot_frame_keys[slot][cam] = key
 
     def _infer(self, observations: list, noises: list, requests: list,
-               on_prefix_done=None) -> list:
+               on_gpu_tail=None) -> list:
         self._check_open()
         call_start = time.perf_counter()
         checked = [self._validate(i, *obs, noise)
@@ -846,7 +862,7 @@ class Pi0Engine:
                  for request in requests]
         with self._lock, torch.inference_mode():
             self._check_open()
-            return self._infer_locked(checked, plans, call_start, on_prefix_done)
+            return self._infer_locked(checked, plans, call_start, on_gpu_tail)
 
     def _load_guidance(self, plans: list, bucket: int) -> None:
         """Fill the guidance buffers of the bucket's slots (zero weights: no guidance)."""
@@ -867,28 +883,41 @@ class Pi0Engine:
             device[:bucket].copy_(host[:bucket], non_blocking=True)
 
     def _run_denoising(self, shape: tuple, batch: int, guided: bool, marks: dict,
-                       on_prefix_done=None) -> None:
+                       on_gpu_tail=None) -> None:
         """
         Run the prefix and denoise stages (guided or plain), with their marks and events.
 
-        on_prefix_done() is called once the device has run the prefix (on a GPU: the denoising
-        and the chunk's copy are queued first, so the device has work while it runs).
+        on_gpu_tail() is called once the device has run everything before the tail: the
+        prefix, or the denoising but its last denoise_tail_steps steps (on a GPU the rest and
+        the chunk's copy are queued first, so the device has work while it runs).
         """
         cuda = self._is_cuda
-        self._run_stage('prefix_rtc' if guided else 'prefix', shape)
+        rtc = '_rtc' if guided else ''
+        tail = self.options.denoise_tail_steps > 0
+
+        def tail_begins():
+            # Everything before the tail is queued: on a GPU an event marks the point.
+            if cuda:
+                self._events['tail'].record()
+            elif on_gpu_tail is not None:
+                on_gpu_tail()
+        self._run_stage('prefix' + rtc, shape)
         marks['prefix'] = time.perf_counter()
         if cuda:
             self._events['prefix'].record()
-        elif on_prefix_done is not None:
-            on_prefix_done()
-        self._run_stage('denoise_rtc' if guided else 'denoise', shape)
+        if not tail:
+            tail_begins()
+        self._run_stage('denoise' + rtc, shape)
+        if tail:
+            tail_begins()
+            self._run_stage('denoise_tail' + rtc, shape)
         marks['denoise'] = time.perf_counter()
         if cuda:
             self._events['denoise'].record()
             self._host_chunk[:batch].copy_(self._chunk[:batch], non_blocking=True)
-            if on_prefix_done is not None:
-                self._events['prefix'].synchronize()
-                on_prefix_done()
+            if on_gpu_tail is not None:
+                self._events['tail'].synchronize()
+                on_gpu_tail()
             torch.cuda.current_stream(self.device).synchronize()  # the chunk and every event
 
     def _unnormalize(self, chunk: np.ndarray) -> np.ndarray:
@@ -897,7 +926,7 @@ class Pi0Engine:
                 + self._action_stats.mean
 
     def _infer_locked(self, checked: list, plans: list, call_start: float,
-                      on_prefix_done=None) -> list:
+                      on_gpu_tail=None) -> list:
         d = self.dims
         batch = len(checked)
         bucket = next(b for b in self._buckets if b >= batch)
@@ -971,7 +1000,7 @@ class Pi0Engine:
         guided = any(plan is not None for plan, _ in plans)
         if guided:
             self._load_guidance(plans, bucket)
-        self._run_denoising(shape, batch, guided, marks, on_prefix_done)
+        self._run_denoising(shape, batch, guided, marks, on_gpu_tail)
         self._remember_frame_keys(pending)
         chunk = self._host_chunk[:batch].numpy()
         reasons = [reason for _, reason in plans]
@@ -988,7 +1017,7 @@ class Pi0Engine:
                 guided = any(plan is not None for plan, _ in plans)
                 if guided:
                     self._load_guidance(plans, bucket)
-                # on_prefix_done was called: this rare rerun may share the device with others.
+                # on_gpu_tail was called: this rare rerun may share the device with others.
                 self._run_denoising(shape, batch, guided, marks)
                 chunk = self._host_chunk[:batch].numpy()
         if not np.isfinite(chunk).all():
