@@ -15,7 +15,8 @@
 # PYSPY_ARGS (--idle; --gil samples only the thread that holds the GIL: what the others wait on).
 # A mode is a chunk hand-over, optionally with other parameters of every node, each after a slash:
 # MODES=blend,blend/gil_switch_interval:=0.00005 (run folder blend_gil_switch_interval_0.00005),
-# MODES=blend/prefix_fp8_layers:=4-16/publish_on_chunk:=true.
+# MODES=blend/prefix_fp8_layers:=4-16/publish_on_chunk:=true. A mode given again gets its run
+# number (MODES=blend,blend/frame_graph:=false,blend: folders blend, ..., blend_run3).
 # Out: $OUT/<run>/fleet.json and $OUT/fleet_profile.tar.gz holding everything: per run
 # fleet.json, fleet.png, pyspy.txt (raw stacks per thread, with counts), logs.tar.gz, <run>.log.
 set -uo pipefail
@@ -37,6 +38,8 @@ for entry in "${entries[@]}"; do
     for parameter in "${parameters[@]}"; do extra+=(--node-parameter "$parameter"); done
   fi
   mode="$(echo "$entry" | sed 's#/#_#g; s#:=#_#g')"
+  # A mode given again (an A/B in turns: MODES=a,b,a,b) gets its run number.
+  if [[ " ${runs[*]} " == *" $mode "* ]]; then mode="${mode}_run$(( ${#runs[@]} + 1 ))"; fi
   runs+=("$mode")
   echo "== $mode: ${ARMS:-8} arms, ${FLEET_ARGS:---max-batch 4}"
   # shellcheck disable=SC2086
