@@ -186,6 +186,17 @@ def test_on_gpu_tail_comes_once_the_work_before_the_tail_ran_and_leaves_the_chun
         np.testing.assert_allclose(a.actions, b.actions, rtol=2e-2, atol=2e-2)
 
 
+def test_fused_qkv_rope_gives_the_chunk_of_the_gemm_and_rope_kernels(monkeypatch):
+    frames, state, noise = observation(14)
+    results = {}
+    for max_rows in (0, 64):  # 0: the skinny GEMM's partial sums, then rope_qkv
+        monkeypatch.setattr(kernel_configs, 'QKV_ROPE_MAX_ROWS', max_rows)
+        engine = make_engine(precision='bf16')
+        engine.warmup()  # graphs captured with this setting
+        results[max_rows] = engine.infer(frames, state, 'grasp', noise=noise).actions
+    np.testing.assert_allclose(results[64], results[0], rtol=2e-2, atol=2e-2)
+
+
 def test_pipelined_upload_equals_one_upload():
     """Frames copied while the encoder runs on earlier ones give the same actions."""
     engines = {flag: make_engine(precision='fp32', max_batch=4, pipelined_upload=flag,

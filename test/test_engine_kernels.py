@@ -30,10 +30,11 @@ skinny_linear = gemm.skinny_linear
 
 @pytest.mark.skipif(kernels.triton is None, reason='Triton is not installed')
 @pytest.mark.parametrize('check', ['skinny_linear', 'gelu_mul_gemm', 'action_linear',
-                                   'fused_consumers_of_partial_sums',
+                                   'fused_consumers_of_partial_sums', 'qkv_rope',
                                    'attention', 'self_attention', 'resize_frames',
                                    'frames_apart_resize_any_order_of_sizes', 'fp8_rows',
                                    'engine_triton_path_matches_pytorch_path',
+                                   'engine_with_qkv_rope_matches_pytorch_path',
                                    'engine_frame_graph_keeps_encoded_frames_across_warmup',
                                    pytest.param('engine_guided_triton_path_matches_pytorch_path',
                                                 marks=pytest.mark.slow)])

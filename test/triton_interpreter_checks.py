@@ -158,6 +158,35 @@ def check_fused_consumers_of_partial_sums():
             close(actual, expected, 1e-2, f'rope {name}')
 
 
+def check_qkv_rope():
+    """Check that the qkv projection with RoPE in one kernel writes what GEMM + rope_qkv do."""
+    torch.manual_seed(4)
+    heads, head_dim, batch, seq, width = 2, 32, 2, 5, 64
+    rows = batch * seq
+    x = torch.randn(rows, width, dtype=torch.float16)
+    weight = (torch.randn((heads + 2) * head_dim, width) * 0.2).half()
+    angle = torch.rand(rows, head_dim // 2) * 6
+    cos, sin = angle.cos(), angle.sin()
+    reference = x.float() @ weight.float().T
+
+    def outputs(dtype):
+        return (torch.empty(rows, heads * head_dim, dtype=dtype),
+                torch.empty(batch, seq + 3, head_dim, dtype=dtype)[:, 2:2 + seq],
+                torch.empty(batch, seq + 3, head_dim, dtype=dtype)[:, 1:1 + seq])
+    kernel_configs.QKV_ROPE_CONFIG = dict(kernel_configs.QKV_ROPE_CONFIG, block_m=16, block_k=32)
+    kernel_configs.QKV_ROPE_MAX_ROWS = 0
+    assert not gemm.qkv_rope(x, weight, cos, sin, *outputs(torch.float16), heads, head_dim)
+    kernel_configs.QKV_ROPE_MAX_ROWS = 64
+    fused = outputs(torch.float16)
+    assert gemm.qkv_rope(x, weight, cos, sin, *fused, heads, head_dim)
+    assert not gemm.qkv_rope(x, weight, cos, sin, None, *fused[1:], heads, head_dim)
+    kernels.INTERPRET_ON_CPU = False  # the PyTorch path as the reference
+    expected = outputs(torch.float32)
+    kernels.rope_qkv(reference, cos, sin, *expected, heads, head_dim)
+    for actual, wanted, name in zip(fused, expected, 'qkv'):
+        close(actual, wanted, 2e-2, f'qkv_rope {name}')
+
+
 def check_attention():
     torch.manual_seed(2)
     for dtype, tolerance in ((torch.float16, 3e-3),):
@@ -334,6 +363,25 @@ def check_engine_triton_path_matches_pytorch_path():
     # quarter of the interpreter's time (the step count and the image size change no branch).
     dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112)
     triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
+    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
+    assert cosine > 0.999, cosine
+
+
+def check_engine_with_qkv_rope_matches_pytorch_path():
+    """Check the engine with the expert's qkv + RoPE fused against the PyTorch path."""
+    from pi0_ros.engine.config import ModelDims
+
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (120, 160, 3), dtype=np.uint8) for _ in range(3)]
+    # Heads of 32 dims: RoPE's halves of 16 fill the kernel's 16 columns.
+    dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112, head_dim=32)
+    kernel_configs.QKV_ROPE_MAX_ROWS = 128  # the denoiser's 102 rows, not the prefix's
+    kernel_configs.QKV_ROPE_CONFIG = dict(kernel_configs.QKV_ROPE_CONFIG, block_k=32)
+    calls = []
+    fused = gemm.qkv_rope
+    gemm.qkv_rope = lambda *args: calls.append(fused(*args)) or calls[-1]
+    triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
+    assert True in calls and False in calls, calls  # the denoiser fused, the prefix not
     cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
     assert cosine > 0.999, cosine
 

@@ -14,6 +14,8 @@ SM and launching few kernels. One Triton kernel covers the three shapes of work:
             after it reads one tensor (kernel_configs.SKINNY_ATOMIC_MAX_ROWS)
   gelu_mul  W = [gate; up] stacked: y = gelu_tanh(x @ gate^T) * (x @ up^T), two accumulators in
             one program, so the MLP's hidden activations are written once, already activated
+A kernel of its own (qkv_rope) fuses the expert's qkv projection with RoPE the same way: two
+accumulators per program, the two halves of a head's dims that RoPE pairs.
 Launch configurations come from kernel_configs.SKINNY_LINEAR (measured) or a heuristic.
 """
 import contextlib
@@ -29,7 +31,7 @@ if triton is not None:
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2
+    from pi0_ros.engine.kernels import gelu_tanh, pdl_enter, prefetch_l2, rotate_pair
 
     @triton.jit
     def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n_rows, k_per_split,
@@ -93,6 +95,56 @@ if triton is not None:
             tl.store(out_ptrs, previous + accumulate_scale * acc, mask=row_ok)
         else:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+    @triton.jit
+    def _qkv_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_rows, depth, seq,
+                         stride_xm, stride_wn, k_stride_b, k_stride_s, v_stride_b, v_stride_s,
+                         HEADS: tl.constexpr, HALF: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         PREFETCH_LINES: tl.constexpr, LINE_ELEMENTS: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+        # One program: BLOCK_N dims of the first half of one head (the Q heads, then K, then
+        # V) and the same dims of its second half, which RoPE pairs in the epilogue.
+        block_m, block_n = tl.program_id(0), tl.program_id(1)
+        blocks_per_half = HALF // BLOCK_N
+        head = block_n // blocks_per_half
+        dims = (block_n % blocks_per_half) * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = (head * 2 * HALF + dims).to(tl.int64)
+        if USE_PDL and PREFETCH_LINES > 0:
+            lines = tl.arange(0, PREFETCH_LINES) * LINE_ELEMENTS
+            prefetch_l2(w_ptr + cols[:, None] * stride_wn + lines[None, :])
+            prefetch_l2(w_ptr + (cols[:, None] + HALF) * stride_wn + lines[None, :])
+        pdl_enter(USE_PDL)
+        rows = (block_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        row_ok = rows[:, None] < n_rows
+        depth_offsets = tl.arange(0, BLOCK_K)
+        x_ptrs = x_ptr + rows[:, None] * stride_xm + depth_offsets[None, :]
+        first_ptrs = w_ptr + cols[:, None] * stride_wn + depth_offsets[None, :]
+        second_ptrs = first_ptrs + HALF * stride_wn
+        first = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        second = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for _ in range(0, depth, BLOCK_K):
+            x = tl.load(x_ptrs, mask=row_ok, other=0.0)
+            first = tl.dot(x, tl.trans(tl.load(first_ptrs)), first)
+            second = tl.dot(x, tl.trans(tl.load(second_ptrs)), second)
+            x_ptrs += BLOCK_K
+            first_ptrs += BLOCK_K
+            second_ptrs += BLOCK_K
+        if head <= HEADS:  # the Q heads and the K head turn; V does not
+            table = rows[:, None] * HALF + dims[None, :]
+            first, second = rotate_pair(first, second,
+                                        tl.load(cos_ptr + table, mask=row_ok, other=0.0),
+                                        tl.load(sin_ptr + table, mask=row_ok, other=0.0))
+        if head < HEADS:
+            out = q_ptr + rows[:, None] * (HEADS * 2 * HALF) + (head * 2 * HALF + dims)[None, :]
+        elif head == HEADS:  # the cache's [batch, position] row of each token
+            out = k_ptr + ((rows // seq) * k_stride_b + (rows % seq) * k_stride_s)[:, None] \
+                + dims[None, :]
+        else:
+            out = v_ptr + ((rows // seq) * v_stride_b + (rows % seq) * v_stride_s)[:, None] \
+                + dims[None, :]
+        tl.store(out, first.to(q_ptr.dtype.element_ty), mask=row_ok)
+        tl.store(out + HALF, second.to(q_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
     def _gelu_mul_gemm_kernel(x_desc, w_desc, out_desc, n_rows, depth, up_offset,
@@ -292,6 +344,40 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
         LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
         num_stages=config.num_stages, launch_pdl=pdl)
     return out
+
+
+def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_out,
+             k_out: torch.Tensor, v_out: torch.Tensor, heads: int, head_dim: int) -> bool:
+    """
+    Project x [M,K] by a fused qkv weight and turn Q and K by RoPE in one launch, if it applies.
+
+    Writes what linear() and kernels.rope_qkv write (q_out [M, heads*hd]; k_out/v_out [b, S, hd]
+    views into the KV cache; cos/sin [M, hd/2] float32) and returns True; returns False and
+    writes nothing where it does not apply: more rows than kernel_configs.QKV_ROPE_MAX_ROWS (0:
+    never), no q_out, FP8 weights, or where the skinny kernel does not run.
+    """
+    config = SkinnyConfig(**kernel_configs.QKV_ROPE_CONFIG)
+    rows, depth = x.shape
+    half = head_dim // 2
+    if not (rows <= kernel_configs.QKV_ROPE_MAX_ROWS and q_out is not None
+            and isinstance(weight, torch.Tensor) and use_skinny(x, weight)
+            and weight.shape[0] == (heads + 2) * head_dim and half % config.block_n == 0
+            and depth % config.block_k == 0 and x.stride(-1) == 1 and weight.stride(-1) == 1
+            and q_out.is_contiguous() and k_out.stride(-1) == 1 and v_out.stride(-1) == 1):
+        return False
+    line_elements = 128 // weight.element_size()
+    lines = depth // line_elements
+    pdl = kernels.use_pdl(x)
+    _qkv_rope_kernel[(triton.cdiv(rows, config.block_m), (heads + 2) * (half // config.block_n))](
+        x, weight, cos, sin, q_out, k_out, v_out, rows, depth, k_out.shape[1], x.stride(0),
+        weight.stride(0), k_out.stride(0), k_out.stride(1), v_out.stride(0), v_out.stride(1),
+        HEADS=heads, HALF=half, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
+                                 and lines & (lines - 1) == 0) else 0,
+        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
+        num_stages=config.num_stages, launch_pdl=pdl)
+    return True
 
 
 def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:

@@ -104,6 +104,14 @@ SKINNY_LINEAR = {
 # 13.865 -> 13.466 at batch 8 (p50 68.57 -> 68.09).
 SKINNY_ATOMIC_MAX_ROWS = 512
 
+# The expert's qkv projection and RoPE as one launch (gemm.qkv_rope: each program computes the
+# two halves of a head's dims that RoPE pairs and writes q and the cache's k and v, instead of the
+# skinny GEMM's partial sums and kernels.rope_qkv), at most this many rows (0 = never), with
+# this launch configuration. Not yet measured on a GPU (engine_ab --b-config
+# QKV_ROPE_MAX_ROWS=64).
+QKV_ROPE_MAX_ROWS = 0
+QKV_ROPE_CONFIG = _skinny(64, 16, 64, 1, 4, 3)
+
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 

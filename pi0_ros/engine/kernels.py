@@ -135,7 +135,8 @@ if triton is not None:
         tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
 
     @triton.jit
-    def _rotate(x1, x2, cos, sin):
+    def rotate_pair(x1, x2, cos, sin):
+        """Turn the two halves of heads' dims by RoPE (HF's rotate_half convention)."""
         return x1 * cos - x2 * sin, x2 * cos + x1 * sin
 
     @triton.jit
@@ -161,14 +162,14 @@ if triton is not None:
             offsets = h * head_dim + j[None, :]
             x1 = _load_parts(base, offsets, inside, part_stride, PARTS)
             x2 = _load_parts(base, offsets + HALF, inside, part_stride, PARTS)
-            o1, o2 = _rotate(x1, x2, cos[None, :], sin[None, :])
+            o1, o2 = rotate_pair(x1, x2, cos[None, :], sin[None, :])
             q_row = q_ptr + row * (HEADS * head_dim)
             tl.store(q_row + offsets, o1.to(q_ptr.dtype.element_ty), mask=inside)
             tl.store(q_row + offsets + HALF, o2.to(q_ptr.dtype.element_ty), mask=inside)
         k_base = base + HEADS * head_dim
         k1 = _load_parts(k_base, j, j_in, part_stride, PARTS)
         k2 = _load_parts(k_base, HALF + j, j_in, part_stride, PARTS)
-        r1, r2 = _rotate(k1, k2, cos, sin)
+        r1, r2 = rotate_pair(k1, k2, cos, sin)
         k_row = k_ptr + batch * k_stride_b + pos * k_stride_s
         tl.store(k_row + j, r1.to(k_ptr.dtype.element_ty), mask=j_in)
         tl.store(k_row + HALF + j, r2.to(k_ptr.dtype.element_ty), mask=j_in)

@@ -424,12 +424,14 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             before_layer(index)
         kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
         del pending
-        qkv = gemm.linear(normed, layer.qkv_w)
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
-        kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys, values,
-                         0 if layer.out_w is None else heads, hd)
-        del qkv
+        if not gemm.qkv_rope(normed, layer.qkv_w, cos, sin,
+                             None if layer.out_w is None else queries, keys, values, heads, hd):
+            qkv = gemm.linear(normed, layer.qkv_w)
+            kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys,
+                             values, 0 if layer.out_w is None else heads, hd)
+            del qkv
         if after_kv is not None:
             after_kv(index)
         if layer.out_w is None:
