@@ -4,6 +4,7 @@
 
 Skipped without CUDA; run through the device tool (benchmarks/run_h200.sh).
 """
+import dataclasses
 import threading
 
 import numpy as np
@@ -187,13 +188,20 @@ def test_on_gpu_tail_comes_once_the_work_before_the_tail_ran_and_leaves_the_chun
 
 
 def test_fused_qkv_rope_gives_the_chunk_of_the_gemm_and_rope_kernels(monkeypatch):
+    from pi0_ros.engine import gemm
     frames, state, noise = observation(14)
+    fused, qkv_rope = [], gemm.qkv_rope
+    monkeypatch.setattr(gemm, 'qkv_rope', lambda *args: fused.append(qkv_rope(*args)) or fused[-1])
     results = {}
     for max_rows in (0, 64):  # 0: the skinny GEMM's partial sums, then rope_qkv
         monkeypatch.setattr(kernel_configs, 'QKV_ROPE_MAX_ROWS', max_rows)
-        engine = make_engine(precision='bf16')
+        # Heads of 32 dims: RoPE's halves of 16 fill the kernel's 16 columns.
+        engine = Pi0Engine.random(dataclasses.replace(DIMS, head_dim=32), state_dim=7,
+                                  action_dim=7, num_cameras=3, seed=2,
+                                  options=EngineOptions(device='cuda', precision='bf16'))
         engine.warmup()  # graphs captured with this setting
         results[max_rows] = engine.infer(frames, state, 'grasp', noise=noise).actions
+        assert (True in fused) == bool(max_rows)
     np.testing.assert_allclose(results[64], results[0], rtol=2e-2, atol=2e-2)
 
 
