@@ -335,6 +335,12 @@ def test_a_denoise_tail_of_its_own_gives_the_same_chunk_and_on_gpu_tail_comes_be
     plain = make_engine().infer(frames, state, 'grasp', noise=noise).actions
     for overlap in (True, False):
         pi0 = make_engine(denoise_tail_steps=3, overlap_first_step=overlap)
+        warmed = []
+        warm_stage = pi0._warm_stage
+        monkeypatch.setattr(pi0, '_warm_stage', lambda stage, size: (
+            warmed.append(stage) or warm_stage(stage, size)))
+        pi0.warmup()
+        assert 'denoise_tail' in warmed
         calls = []
         steps, run_stage = pi0._denoise_steps, pi0._run_stage
         monkeypatch.setattr(pi0, '_denoise_steps', lambda shape, order, *rest: (

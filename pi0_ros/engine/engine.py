@@ -80,8 +80,7 @@ def device_buffer_shapes(dims: ModelDims, num_cameras: int, max_batch: int, max_
         '_prefix_valid': ((max_batch,), torch.int64),
         '_state': ((max_batch, d.max_state_dim), torch.float32),
         '_noise': chunk, '_after_first_step': chunk, '_denoise_head': chunk, '_chunk': chunk,
-        '_cache_k': cache,
-        '_cache_v': cache,
+        '_cache_k': cache, '_cache_v': cache,
         # Real-Time Chunking guidance (model.Guidance).
         '_rtc_prev': chunk, '_rtc_weights': ((max_batch, d.chunk_size, 1), torch.float32),
         '_rtc_guidance': ((max_batch, d.num_steps), torch.float32), '_rtc_velocity': chunk}
@@ -581,7 +580,7 @@ class Pi0Engine:
                 if self.options.rtc is not None:
                     stages += ('prefix_rtc', 'denoise_rtc')
                 if self.options.denoise_tail_steps:
-                    stages += tuple(f'denoise_tail{stage[7:]}' for stage in stages
+                    stages += tuple(stage.replace('denoise', 'denoise_tail') for stage in stages
                                     if stage.startswith('denoise'))
                 for prompt in self._prompt_lengths:
                     for stage in stages:
