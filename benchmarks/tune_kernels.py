@@ -7,7 +7,10 @@ Skinny GEMM: each projection of the action expert (qkv, o, gate_up + GELU, down)
 204 and 408 rows (batch 1, 2, 4, 8), against cuBLAS (F.linear; for gate_up F.linear + the GELU
 kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 8 and 16, and
 the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TMA tiles):
-the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Every candidate
+the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Only with
+--only qkv_rope: the expert's qkv projection and RoPE in one kernel (gemm.qkv_rope) at 51 and 102
+rows against the skinny GEMM + rope_qkv it would replace (kernel_configs.QKV_ROPE_CONFIG takes
+the best tile by hand). Every candidate
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
 many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
 timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
@@ -129,6 +132,57 @@ def time_candidates(result: dict, candidates, weights: list, reference: torch.Te
     valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
     result['best'] = min(valid, key=lambda c: c['us']) if valid else None
     return result['best']
+
+
+def tune_qkv_rope(rows: int, dtype=torch.bfloat16, heads: int = 8, head_dim: int = 256) -> dict:
+    """Time the fused qkv + RoPE kernel's tiles against the skinny GEMM + rope_qkv."""
+    n_out, depth, _ = EXPERT['qkv']
+    copies = max(2, -(-L2_BYTES // (n_out * depth * 2)))
+    weights = [torch.randn(n_out, depth, dtype=dtype, device='cuda') * 0.03
+               for _ in range(copies)]
+    x = torch.randn(rows, depth, dtype=dtype, device='cuda')
+    angle = torch.rand(rows, head_dim // 2, device='cuda') * 6
+    cos, sin = angle.cos(), angle.sin()
+    q = torch.empty(rows, heads * head_dim, dtype=dtype, device='cuda')
+    cache = torch.empty(2, rows // 51, 51, head_dim, dtype=dtype, device='cuda')
+
+    def written():
+        return torch.cat([q.float(), cache.float().flatten(1, 2).permute(1, 0, 2)
+                          .flatten(1)], dim=1)
+
+    def unfused(weight):
+        return lambda: kernels.rope_qkv(gemm.linear(x, weight), cos, sin, q, cache[0],
+                                        cache[1], heads, head_dim)
+    result = {'name': 'qkv_rope', 'rows': rows,
+              'unfused_us': time_graph([unfused(w) for w in weights]), 'configs': []}
+    unfused(weights[0])()
+    expected = written()
+    scale = expected.abs().max().item()
+    kernel_configs.QKV_ROPE_MAX_ROWS = max(rows, kernel_configs.QKV_ROPE_MAX_ROWS)
+    for block_n, block_k, stages, warps in itertools.product((16, 32, 64), (64, 128, 256),
+                                                              (3, 4), (4, 8)):
+        config = gemm.SkinnyConfig(64, block_n, block_k, 1, warps, stages)
+        try:
+            q.zero_()
+            cache.zero_()
+            assert gemm.qkv_rope(x, weights[0], cos, sin, q, cache[0], cache[1], heads,
+                                 head_dim, config=config)
+            error = (written() - expected).abs().max().item() / scale
+            micros = time_graph([lambda w=w: gemm.qkv_rope(x, w, cos, sin, q, cache[0],
+                                                           cache[1], heads, head_dim,
+                                                           config=config)
+                                 for w in weights])
+        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
+            print(f'  qkv_rope {rows} {config}: failed ({type(failure).__name__})')
+            continue
+        result['configs'].append({'config': vars(config), 'us': micros, 'rel_error': error})
+    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
+    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
+    best = result['best']
+    print(f'qkv_rope rows {rows:3d}: skinny GEMM + rope_qkv {result["unfused_us"]:6.2f} us, '
+          f'best fused {best["us"] if best else float("nan"):6.2f} us '
+          f'{best["config"] if best else ""}', flush=True)
+    return result
 
 
 def gelu_mul_gemm_candidates():
@@ -278,7 +332,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
     parser.add_argument('--apply-best', action='store_true')
-    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention'), default=None,
+    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention', 'qkv_rope'),
+                        default=None,
                         help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
                         help="comma-separated batches of the suffix attention to tune ('': "
@@ -304,12 +359,14 @@ def main(argv=None):
     attention_results = ([tune_attention(kind, batch) for kind, batches in
                           attention_batches.items() for batch in batches]
                          if wanted('attention') else [])
+    qkv_rope_results = ([tune_qkv_rope(rows) for rows in (51, 102)]
+                        if args.only == 'qkv_rope' else [])
     configs = best_configs(gemm_results, attention_results, gelu_mul_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:
         json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
                    'gemm': gemm_results, 'attention': attention_results,
-                   'gelu_mul_gemm': gelu_mul_results,
+                   'gelu_mul_gemm': gelu_mul_results, 'qkv_rope': qkv_rope_results,
                    'best': {'SKINNY_LINEAR': [[list(key), value] for key, value in
                                               configs['SKINNY_LINEAR'].items()],
                             'GELU_MUL_GEMM': [[list(key), value] for key, value in

@@ -347,16 +347,18 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
 
 
 def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_out,
-             k_out: torch.Tensor, v_out: torch.Tensor, heads: int, head_dim: int) -> bool:
+             k_out: torch.Tensor, v_out: torch.Tensor, heads: int, head_dim: int,
+             config: SkinnyConfig = None) -> bool:
     """
     Project x [M,K] by a fused qkv weight and turn Q and K by RoPE in one launch, if it applies.
 
     Writes what linear() and kernels.rope_qkv write (q_out [M, heads*hd]; k_out/v_out [b, S, hd]
     views into the KV cache; cos/sin [M, hd/2] float32) and returns True; returns False and
     writes nothing where it does not apply: more rows than kernel_configs.QKV_ROPE_MAX_ROWS (0:
-    never), no q_out, FP8 weights, or where the skinny kernel does not run.
+    never), no q_out, FP8 weights, or where the skinny kernel does not run. config: the launch
+    configuration (split_k 1; default kernel_configs.QKV_ROPE_CONFIG).
     """
-    config = SkinnyConfig(**kernel_configs.QKV_ROPE_CONFIG)
+    config = config or SkinnyConfig(**kernel_configs.QKV_ROPE_CONFIG)
     rows, depth = x.shape
     half = head_dim // 2
     if not (rows <= kernel_configs.QKV_ROPE_MAX_ROWS and q_out is not None
