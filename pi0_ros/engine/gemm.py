@@ -365,7 +365,8 @@ def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_ou
             and isinstance(weight, torch.Tensor) and use_skinny(x, weight)
             and weight.shape[0] == (heads + 2) * head_dim and half % config.block_n == 0
             and depth % config.block_k == 0 and x.stride(-1) == 1 and weight.stride(-1) == 1
-            and q_out.is_contiguous() and k_out.stride(-1) == 1 and v_out.stride(-1) == 1):
+            and q_out.is_contiguous() and k_out.stride(-1) == 1 and v_out.stride(-1) == 1
+            and cos.is_contiguous() and sin.is_contiguous()):
         return False
     line_elements = 128 // weight.element_size()
     lines = depth // line_elements
