@@ -324,8 +324,6 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
         raise ValueError(f'skinny_linear: out {tuple(out.shape)} does not match x '
                          f'{tuple(x.shape)}')
     k_per_split = depth // config.split_k
-    line_elements = 128 // weight.element_size()
-    lines = k_per_split // line_elements
     pdl = kernels.use_pdl(x)
     grid = (triton.cdiv(rows, config.block_m), n_out // config.block_n, config.split_k)
     _skinny_linear_kernel[grid](
@@ -339,11 +337,24 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
         ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
         FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-        PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
-                                 and lines & (lines - 1) == 0) else 0,
-        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
-        num_stages=config.num_stages, launch_pdl=pdl)
+        **_weight_prefetch(rows, weight, k_per_split), USE_PDL=pdl,
+        num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
     return out
+
+
+def _weight_prefetch(rows: int, weight: torch.Tensor, depth: int) -> dict:
+    """
+    Return the PREFETCH_LINES / LINE_ELEMENTS of a launch over `depth` of each weight row.
+
+    Each program asks for that many 128-byte lines of its weight rows in L2 before its PDL wait:
+    in launches of at most kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS rows, a power of two of
+    lines (0 = none).
+    """
+    line_elements = 128 // weight.element_size()
+    lines = depth // line_elements
+    wanted = (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
+              and lines & (lines - 1) == 0)
+    return {'PREFETCH_LINES': lines if wanted else 0, 'LINE_ELEMENTS': line_elements}
 
 
 def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_out,
@@ -368,18 +379,13 @@ def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_ou
             and q_out.is_contiguous() and k_out.stride(-1) == 1 and v_out.stride(-1) == 1
             and cos.is_contiguous() and sin.is_contiguous()):
         return False
-    line_elements = 128 // weight.element_size()
-    lines = depth // line_elements
     pdl = kernels.use_pdl(x)
     _qkv_rope_kernel[(triton.cdiv(rows, config.block_m), (heads + 2) * (half // config.block_n))](
         x, weight, cos, sin, q_out, k_out, v_out, rows, depth, k_out.shape[1], x.stride(0),
         weight.stride(0), k_out.stride(0), k_out.stride(1), v_out.stride(0), v_out.stride(1),
         HEADS=heads, HALF=half, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        PREFETCH_LINES=lines if (rows <= kernel_configs.PREFETCH_WEIGHTS_MAX_ROWS and lines > 0
-                                 and lines & (lines - 1) == 0) else 0,
-        LINE_ELEMENTS=line_elements, USE_PDL=pdl, num_warps=config.num_warps,
-        num_stages=config.num_stages, launch_pdl=pdl)
+        BLOCK_K=config.block_k, **_weight_prefetch(rows, weight, depth), USE_PDL=pdl,
+        num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
     return True
 
 
