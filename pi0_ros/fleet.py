@@ -32,7 +32,8 @@ from pi0_ros.executors import (CallbackGroupThread, make_executor, reuse_large_a
                                SharedControlTimers, spin_until_shutdown, SWITCH_INTERVAL_S,
                                ThreadBoundCallbackGroup)
 from pi0_ros.launch_arguments import FLEET_NODE_NAME
-from pi0_ros.node import build_engine, close_nodes, engine_options, Pi0ControlNode
+from pi0_ros.node import (build_engine, close_nodes, engine_options, Pi0ControlNode,
+                          worker_turn_options)
 from pi0_ros.parameters import ParameterError
 from pi0_ros.worker import InferenceWorker
 
@@ -115,8 +116,7 @@ class SharedEngine:
                                logger=self._logger, niceness=settings.inference_niceness,
                                encode_frames_ahead=settings.encode_frames_ahead,
                                max_batch=self.max_batch, batch_wait_s=self._batch_wait_s,
-                               gpu_turns=settings.gpu_turns,
-                               end_turn_early=settings.gpu_turn_release != 'chunk')
+                               **worker_turn_options(settings))
 
     def _check_same_engine(self, settings):
         names = ENGINE_SETTINGS + (RANDOM_MODEL_SETTINGS if not settings.checkpoint else ())

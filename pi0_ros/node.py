@@ -88,6 +88,12 @@ def engine_options(settings, max_batch=1, batch_buckets=()):
                          settings.gpu_turn_release == 'denoise_tail' else 0)
 
 
+def worker_turn_options(settings) -> dict:
+    """Return the InferenceWorker's GPU-turn arguments the parameters ask for."""
+    return {'gpu_turns': settings.gpu_turns,
+            'end_turn_early': settings.gpu_turn_release != 'chunk'}
+
+
 def build_engine(settings, options=None):
     """Build the engine the parameters ask for (called on the worker thread)."""
     import torch
@@ -198,8 +204,7 @@ class Pi0ControlNode(LifecycleNode):
                 max_consecutive_failures=settings.max_consecutive_failures,
                 logger=self.get_logger(), niceness=settings.inference_niceness,
                 encode_frames_ahead=settings.encode_frames_ahead, guidance=guidance,
-                gpu_turns=settings.gpu_turns,
-                end_turn_early=settings.gpu_turn_release != 'chunk')
+                **worker_turn_options(settings))
         else:
             try:
                 self._worker = self._worker_provider(self, settings, self._on_chunk_result,
