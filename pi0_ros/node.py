@@ -32,8 +32,9 @@ from pi0_ros import diagnostics
 from pi0_ros.control import (Chunk, ChunkPlanner, JointLimits, OutsideLimits, PlannerConfig,
                              PlannerState, validate_trajectory)
 from pi0_ros.conversions import build_joint_trajectory, float64_array
-from pi0_ros.executors import (CallbackGroupThread, make_executor, reuse_large_allocations,
-                               spin_until_shutdown, SWITCH_INTERVAL_S, ThreadBoundCallbackGroup)
+from pi0_ros.executors import (CallbackGroupThread, freeze_loaded_objects, make_executor,
+                               reuse_large_allocations, spin_until_shutdown, SWITCH_INTERVAL_S,
+                               ThreadBoundCallbackGroup, unfreeze_and_collect)
 from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.msg import ActionChunk, PolicyStatus
 from pi0_ros.parameters import (check_live_change, declare_all, ParameterError, read_settings)
@@ -233,6 +234,10 @@ class Pi0ControlNode(LifecycleNode):
             self._teardown(worker_stop_timeout=0.2 if not self.context.ok() else 5.0)
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
+        # The engine and everything loaded stay out of the garbage collector's full passes (each
+        # held the GIL ~0.1-0.3 s: missed control ticks); its pauses are watched from here on.
+        freeze_loaded_objects()
+        diagnostics.gc_pauses()
         with self._lock:
             estop, enabled = self._estop_latched, self._enabled
         if estop or not enabled:
@@ -451,6 +456,10 @@ class Pi0ControlNode(LifecycleNode):
             if not self._worker.stop(worker_stop_timeout):
                 self._lingering_worker = self._worker
             self._worker = None
+            if self._worker_provider is None:
+                # Its own engine is gone: the collector may free what of it is in cycles (a
+                # fleet's shared engine stays, and so do its frozen objects).
+                unfreeze_and_collect()
         with self._lock:
             self._chunk_arrived = None
         self._control_timer = None

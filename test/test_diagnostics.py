@@ -1,10 +1,12 @@
 # Copyright 2026 The pi0_ros Authors
 # SPDX-License-Identifier: Apache-2.0
 """The node's rate meter (rate and period jitter from the publish times) and its diagnostics."""
+import gc
+
 from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
 
-from pi0_ros.diagnostics import node_diagnostics, RateMeter
+from pi0_ros.diagnostics import GcPauses, node_diagnostics, RateMeter
 from pi0_ros.worker import _new_counters, WorkerState
 
 
@@ -38,15 +40,18 @@ class WaitingWorker:
         self.turn_wait_s = turn_wait_s
 
 
-def engine_status(worker):
+def node_status_array(worker):
     from pi0_ros.msg import PolicyStatus
     status = PolicyStatus(engine_state=PolicyStatus.ENGINE_IDLE,
                           output_state=PolicyStatus.OUTPUT_FOLLOWING)
-    array = node_diagnostics('pi0_ros', status, worker, {'chunks_discarded': 0,
-                                                         'commands_on_chunk': 0,
-                                                         'commands_blocked': 0},
-                             {}, [], last_rejection_age_s=float('inf'), jitter_s=0.0)
-    return next(s for s in array.status if s.name.endswith(': engine'))
+    return node_diagnostics('pi0_ros', status, worker, {'chunks_discarded': 0,
+                                                        'commands_on_chunk': 0,
+                                                        'commands_blocked': 0},
+                            {}, [], last_rejection_age_s=float('inf'), jitter_s=0.0)
+
+
+def engine_status(worker):
+    return next(s for s in node_status_array(worker).status if s.name.endswith(': engine'))
 
 
 def test_a_long_wait_for_another_process_turn_on_the_gpu_is_a_warning_that_says_so():
@@ -54,3 +59,26 @@ def test_a_long_wait_for_another_process_turn_on_the_gpu_is_a_warning_that_says_
     assert short.level == DiagnosticStatus.OK and short.message == 'ready'
     assert waiting.level == DiagnosticStatus.WARN
     assert "waiting 3.0 s for another process's turn on the GPU" in waiting.message
+
+
+def test_collector_pauses_count_the_full_passes_and_keep_the_longest():
+    meter = GcPauses()
+    try:
+        gc.collect(0)
+        assert meter.full_passes == 0 and meter.longest_s > 0.0
+        gc.collect()
+        gc.collect()
+        assert meter.full_passes == 2
+    finally:
+        gc.callbacks.remove(meter._on_pass)
+
+
+def test_the_output_diagnostic_reports_the_collector_pauses():
+    def passes():
+        output = next(s for s in node_status_array(WaitingWorker(0.0)).status
+                      if s.name.endswith(': output'))
+        return int({kv.key: kv.value for kv in output.values}['gc full passes (process)'])
+
+    before = passes()
+    gc.collect()
+    assert passes() == before + 1

@@ -159,6 +159,8 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
         assert arm['commands_per_s'] > 0 and abs(arm['command_rate_error_pct']) < 50
         # The node's own count of its fixed-rate ticks (~/status): about the control rate.
         assert abs(arm['tick_rate_error_pct']) < 50
+        # Its process's garbage collector, from the arm's output diagnostic.
+        assert arm['gc_full_passes'] >= 0 and arm['gc_pause_max_ms'] > 0
     assert (tmp_path / 'fleet.png').stat().st_size > 0
 
 

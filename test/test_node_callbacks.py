@@ -7,9 +7,11 @@ What the DDS tests cannot arrange at will: two frames with one stamp, a joint-st
 arrives late, an epoch that changes between a match and its observation. The node, its worker
 thread and its engine are the real ones; only the message transport is left out.
 """
+import gc
 import threading
 import time
 from types import SimpleNamespace
+import weakref
 
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
@@ -278,6 +280,18 @@ def test_an_estop_outlives_cleanup_and_configure_and_enable_starts_from_the_meas
     node.control_timer_callback()
     assert published, node._start_refused
     assert published[0].points[0].positions[0] == pytest.approx(0.3, abs=1e-6)
+
+
+def test_the_loaded_engine_is_out_of_the_collectors_passes_until_cleanup_frees_it(node):
+    engine = weakref.ref(node._worker._engine)
+    # Configured: the engine and its modules are frozen (full passes would walk them otherwise).
+    assert gc.get_freeze_count() > 0
+    assert not any(o is engine() for o in gc.get_objects())
+    assert not any(o is node for o in gc.get_objects())
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    # Given back to the collector with the engine gone (whatever of it was in cycles is freed).
+    assert engine() is None and any(o is node for o in gc.get_objects())
 
 
 def test_a_stamp_ahead_of_the_clock_does_not_keep_the_inputs_fresh_for_longer(node):

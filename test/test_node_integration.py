@@ -128,7 +128,7 @@ def test_commands_at_control_rate_valid_within_limits_and_stamped_chunks(harness
     seen = (f'output rate {rate:.2f} Hz received; node rate {node_rate:.2f} Hz; '
             f'{len(window)} commands over {stamps[-1] - stamps[0]:.3f} s of stamps, largest '
             f'stamp gap {periods.max() * 1e3:.1f} ms, largest receive gap '
-            f'{np.diff(receive_times).max() * 1e3:.1f} ms')
+            f'{np.diff(receive_times).max() * 1e3:.1f} ms\n' + harness.report())
     assert abs(rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, seen
     assert abs(node_rate - CONTROL_RATE) / CONTROL_RATE <= 0.02, seen
     for _, msg in window:

@@ -12,7 +12,8 @@ seconds, per arm: chunks per second (~/action_chunk), the engine call that made 
 stamp of its observation: synchronization, batch wait, inference and delivery), commands per
 second against control_rate (received here, and the fixed-rate ticks as the node reports them in
 ~/status: with publish_on_chunk the node also publishes between ticks), and every command
-checked against the joint limits. Writes
+checked against the joint limits, and the full passes and longest pause of the garbage collector
+in the arm's process (its output diagnostic). Writes
 fleet.json, fleet.png and the processes' logs (logs/) to --output. Default: the tiny random model
 on the CPU. --processes K splits the arms over K fleet processes, an engine each, as
 fleet.launch.py's processes:=K does.
@@ -83,6 +84,9 @@ class ArmRecord:
         # (t, the node's own rate of fixed-rate control ticks: PolicyStatus.control_rate_hz,
         # which leaves out the commands that publish_on_chunk adds between the ticks)
         self.tick_rates = []
+        # (t, full passes of the garbage collector, its longest pause in ms): the arm's process's
+        # own, from its output diagnostic
+        self.gc_pauses = []
         self.unsafe = 0
         node.create_subscription(JointTrajectory, f'/{robot}/joint_trajectory', self.on_command,
                                  50)
@@ -111,6 +115,12 @@ class ArmRecord:
         self.state = msg.output_state
         self.tick_rates.append((time.monotonic(), float(msg.control_rate_hz)))
 
+    def on_output_diagnostic(self, entry):
+        values = {kv.key: kv.value for kv in entry.values}
+        if 'gc full passes (process)' in values:
+            self.gc_pauses.append((time.monotonic(), int(values['gc full passes (process)']),
+                                   float(values['gc pause max ms (process)'])))
+
     def summary(self, begin, end, control_rate):
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""
         seconds = end - begin
@@ -127,6 +137,7 @@ class ArmRecord:
         rate = commands / seconds
         tick_rates = [hz for t, hz in self.tick_rates if begin <= t <= end and hz > 0]
         tick_rate = float(np.median(tick_rates)) if tick_rates else 0.0
+        gc_pauses = [(passes, ms) for t, passes, ms in self.gc_pauses if begin <= t <= end]
         return {'robot': self.robot, 'chunks_per_s': round(len(chunks) / seconds, 2),
                 'engine_call_p50_ms': pct(engine, 50), 'engine_call_p99_ms': pct(engine, 99),
                 'chunk_latency_p50_ms': pct(ages, 50), 'chunk_latency_p99_ms': pct(ages, 99),
@@ -141,11 +152,24 @@ class ArmRecord:
                 # The fixed-rate ticks as the node counts them (median of its status reports).
                 'tick_rate_hz': round(tick_rate, 2),
                 'tick_rate_error_pct': round((tick_rate - control_rate) / control_rate * 100, 2),
+                # The collector's full passes in the window and its longest pause since the
+                # engine was ready, in this arm's process (every thread waits for the GIL).
+                'gc_full_passes': gc_pauses[-1][0] - gc_pauses[0][0] if gc_pauses else None,
+                'gc_pause_max_ms': round(gc_pauses[-1][1], 2) if gc_pauses else None,
                 'unsafe_commands': self.unsafe}
+
+
+def dispatch_output_diagnostics(array, arms):
+    """Hand each arm its node's output diagnostic ('/<robot>/<node>: output')."""
+    for entry in array.status:
+        for arm in arms:
+            if entry.name.startswith(f'/{arm.robot}/') and entry.name.endswith(': output'):
+                arm.on_output_diagnostic(entry)
 
 
 def run_count(count, args, logs, env):
     """Run the fleet with `count` arms (process logs in `logs`); return its figures."""
+    from diagnostic_msgs.msg import DiagnosticArray
     import rclpy
 
     robots = [f'arm{index + 1}' for index in range(count)]
@@ -169,6 +193,8 @@ def run_count(count, args, logs, env):
     processes = [*fleets, *feeders]
     node = rclpy.create_node(f'pi0_fleet_bench_{count}')
     arms = [ArmRecord(node, robot) for robot in robots]
+    node.create_subscription(DiagnosticArray, '/diagnostics',
+                             lambda array: dispatch_output_diagnostics(array, arms), 50)
     result = {'arms': count, 'processes': len(fleets), 'error': ''}
     try:
         started = time.monotonic()
@@ -203,6 +229,7 @@ def run_count(count, args, logs, env):
                                                    for a in per_arm])),
         command_rate_error_pct_max_abs=max(abs(a['command_rate_error_pct']) for a in per_arm),
         tick_rate_error_pct_max_abs=max(abs(a['tick_rate_error_pct']) for a in per_arm),
+        gc_pause_max_ms=max((a['gc_pause_max_ms'] or 0 for a in per_arm), default=0),
         unsafe_commands=sum(a['unsafe_commands'] for a in per_arm))
     return result
 
