@@ -9,8 +9,8 @@ kernel). Attention: the denoising suffix (408 rows, 867 keys) at batch 1, 2, 4, 
 the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TMA tiles):
 the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Only with
 --only qkv_rope: the expert's qkv projection and RoPE in one kernel (gemm.qkv_rope) at 51 and 102
-rows against the skinny GEMM + rope_qkv it would replace (kernel_configs.QKV_ROPE_CONFIG takes
-the best tile by hand). Every candidate
+rows against the skinny GEMM + rope_qkv it would replace (its best tile at 51 rows, where faster,
+goes to the JSON's best as QKV_ROPE_CONFIG: engine_ab.py --tuned takes it). Every candidate
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
 many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
 timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
@@ -277,8 +277,13 @@ def tune_attention(kind: str, batch: int) -> dict:
 
 
 def best_configs(gemm_results: list, attention_results: list,
-                 gelu_mul_results: list = ()) -> dict:
-    """Return kernel_configs values: per shape, rows -> config (None = cuBLAS is faster)."""
+                 gelu_mul_results: list = (), qkv_rope_results: list = ()) -> dict:
+    """
+    Return kernel_configs values: per shape, rows -> config (None = cuBLAS is faster).
+
+    QKV_ROPE_CONFIG: the fused qkv + RoPE kernel's best tile at batch 1's 51 rows, where it beat
+    the skinny GEMM + rope_qkv (else None: the committed tile stays).
+    """
     wide = {}
     for result in sorted(gelu_mul_results, key=lambda r: r['rows']):
         best = result['best']
@@ -295,7 +300,13 @@ def best_configs(gemm_results: list, attention_results: list,
         if result['best'] is not None:
             attention_configs.setdefault(result['kind'], []).append(
                 (result['batch'], result['best']['config']))
-    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs, 'GELU_MUL_GEMM': wide}
+    qkv_rope = None
+    for result in qkv_rope_results:
+        best = result['best']
+        if result['rows'] == 51 and best and best['us'] < result['unfused_us']:
+            qkv_rope = best['config']
+    return {'SKINNY_LINEAR': skinny, 'ATTENTION': attention_configs, 'GELU_MUL_GEMM': wide,
+            'QKV_ROPE_CONFIG': qkv_rope}
 
 
 def apply(configs: dict) -> None:
@@ -314,6 +325,17 @@ def apply(configs: dict) -> None:
         merged = dict(kernel_configs.ATTENTION[kind])
         merged.update(dict(table))
         kernel_configs.ATTENTION[kind] = sorted(merged.items())
+    if configs.get('QKV_ROPE_CONFIG'):
+        kernel_configs.QKV_ROPE_CONFIG = dict(configs['QKV_ROPE_CONFIG'])
+
+
+def json_best(configs: dict) -> dict:
+    """Return best_configs' result as the JSON file's 'best' (read back by load_best)."""
+    return {'SKINNY_LINEAR': [[list(key), value] for key, value in
+                              configs['SKINNY_LINEAR'].items()],
+            'GELU_MUL_GEMM': [[list(key), value] for key, value in
+                              configs['GELU_MUL_GEMM'].items()],
+            'ATTENTION': configs['ATTENTION'], 'QKV_ROPE_CONFIG': configs['QKV_ROPE_CONFIG']}
 
 
 def load_best(path: str) -> dict:
@@ -325,7 +347,8 @@ def load_best(path: str) -> dict:
             'GELU_MUL_GEMM': {tuple(key): [tuple(entry) for entry in table]
                               for key, table in best.get('GELU_MUL_GEMM', [])},
             'ATTENTION': {kind: [tuple(entry) for entry in table]
-                          for kind, table in best['ATTENTION'].items()}}
+                          for kind, table in best['ATTENTION'].items()},
+            'QKV_ROPE_CONFIG': best.get('QKV_ROPE_CONFIG')}
 
 
 def main(argv=None):
@@ -361,17 +384,13 @@ def main(argv=None):
                          if wanted('attention') else [])
     qkv_rope_results = ([tune_qkv_rope(rows) for rows in (51, 102)]
                         if args.only == 'qkv_rope' else [])
-    configs = best_configs(gemm_results, attention_results, gelu_mul_results)
+    configs = best_configs(gemm_results, attention_results, gelu_mul_results, qkv_rope_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:
         json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
                    'gemm': gemm_results, 'attention': attention_results,
                    'gelu_mul_gemm': gelu_mul_results, 'qkv_rope': qkv_rope_results,
-                   'best': {'SKINNY_LINEAR': [[list(key), value] for key, value in
-                                              configs['SKINNY_LINEAR'].items()],
-                            'GELU_MUL_GEMM': [[list(key), value] for key, value in
-                                              configs['GELU_MUL_GEMM'].items()],
-                            'ATTENTION': configs['ATTENTION']}}, stream, indent=1)
+                   'best': json_best(configs)}, stream, indent=1)
     if args.apply_best:
         apply(configs)
         from pi0_ros.tools import bench
