@@ -1,30 +1,61 @@
-# The GPU runs prepared while no device was lent (sessions 15-18), for one device call:
-#   bash benchmarks/pending_gpu_runs.sh [rope] [timeline_b8] [suffix_b2_b4]   (none: all three)
-# from the repository root of main. `rope` needs the worktree of branch exp/rope-in-attention
-# at .exp/rope, carried with the call (git worktree add -f .exp/rope exp/rope-in-attention).
-# No LeRobot in these steps, so no wheels to carry. 8 files come back: 5 from rope, 1 from
-# timeline_b8, 2 from suffix_b2_b4. Each step has its own time limit.
-#   rope          the fused RoPE suffix attention with spill-free tiles, A/B at batch 1 and 8,
-#                 and at batch 1 with the other cameras encoded ahead (the branch's commands.sh)
-#   timeline_b8   where batch 8's time goes, kernel by kernel (graph_timeline.py --batch 8)
-#   suffix_b2_b4  the suffix attention at batches 2-4 with 64 x 32 tiles (no register spills in
-#                 register_audit) against the committed 64 x 64 (36 B spilled per thread)
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-for step in ${*:-rope timeline_b8 suffix_b2_b4}; do
+# The GPU steps prepared while no device was lent, from the repository root of main:
+#   bash benchmarks/pending_gpu_runs.sh STEP ...        (none: gpu_tests qkv_rope)
+# carry ['.whl', '.gpusoak', 'benchmarks/node_gap/wheels'] (bash scripts/make_gpu_bundle.sh; the
+# py-spy wheel for the fleet steps). A device call returns at most 8 files and runs at most
+# 600 s, so one call per line:
+#   call 1: gpu_tests qkv_rope    (2 files, ~6 min)
+#   call 2: tail_ab               (6 files, ~5 min)
+#   call 3: goal                  (8 files, ~7 min; an H200: issue 28's goal is stated there)
+# Steps:
+#   gpu_tests     the GPU tests of the turn's tail callback, the fused qkv + RoPE kernel, the
+#                 steady state and graph equality (test_engine_gpu.py)
+#   qkv_rope      the fused qkv + RoPE kernel's tiles against the skinny GEMM + rope_qkv
+#                 (tune_kernels --only qkv_rope), then the engine with it at batch 1 against
+#                 without, the best tile applied (engine_ab --tuned)
+#   tail_ab       8 arms in 2 fleet processes: gpu_turn_release denoise_tail against prefix, in
+#                 turns (FP8 prefix MLP layers 4-16, max_batch 4, blend)
+#   goal          issue 28's goal on an H200: 8 arms, 2 and 3 processes, publish_on_chunk on/off
+export PYTHONUNBUFFERED=1
+SITE=/tmp/site
+FLEET_BASE=blend/prefix_fp8_layers:=4-16
+
+install_site() {
+    [ -d "$SITE/lerobot" ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+}
+
+fleet_profile() {  # OUT subfolder, processes, modes
+    MODES="$3" FLEET_ARGS="--max-batch 4 --processes $2" DURATION=15 PROFILE_AFTER=22 \
+        PROFILE_S=6 OUT="$OUT/$1" timeout 560 bash benchmarks/run_fleet_profile.sh 2>&1 \
+        | grep -v -i warn | cut -c1-300
+}
+
+for step in ${*:-gpu_tests qkv_rope}; do
     echo "== $step"
     case $step in
-    rope)
-        (cd .exp/rope && PYTHONPATH=$PWD timeout 420 bash benchmarks/exp_rope_in_attention/commands.sh) ;;
-    timeline_b8)
-        (cd benchmarks && timeout 150 python3 graph_timeline.py --batch 8 --calls 2 \
-            --json "$OUT/timeline_b8.json" 2>&1 | grep -v Warn | head -20 | cut -c1-160) ;;
-    suffix_b2_b4)
-        (cd benchmarks && timeout 240 python3 engine_ab.py --batches 2,4 --frame-pool 8 \
-            --iters 100 \
-            --tuned records/2026-12-05-register-audit-cpu/suffix_b2_b4_64x32_tiles.json \
-            --json "$OUT/ab_suffix_b2_b4.json" > "$OUT/ab_suffix_b2_b4.log" 2>&1
-         grep "^batch\|^B against" "$OUT/ab_suffix_b2_b4.log" | cut -c1-400) ;;
+    gpu_tests)
+        install_site
+        PYTHONPATH=$SITE:$PWD timeout 300 python3 -m pytest --noconftest -p no:cacheprovider \
+            -m gpu -q test/test_engine_gpu.py \
+            -k "gpu_tail or fused_qkv or steady_state or graphs_equal" 2>&1 | tail -15 ;;
+    qkv_rope)
+        install_site
+        (cd benchmarks && PYTHONPATH=$SITE:$PWD/.. timeout 150 python3 tune_kernels.py \
+            --only qkv_rope --json "$OUT/qkv_rope_tuning.json" 2>&1 | grep "^qkv_rope\|best")
+        (cd benchmarks && PYTHONPATH=$SITE:$PWD/.. timeout 240 python3 engine_ab.py \
+            --tuned "$OUT/qkv_rope_tuning.json" --b-config QKV_ROPE_MAX_ROWS=64 --batches 1,2 \
+            --frame-pool 8 --iters 200 --json "$OUT/ab_qkv_rope.json" 2>&1 \
+            | grep "^batch\|^B against\|peak" | cut -c1-400) ;;
+    tail_ab)
+        fleet_profile tail 2 \
+            "$FLEET_BASE,$FLEET_BASE/gpu_turn_release:=denoise_tail,$FLEET_BASE,$FLEET_BASE/gpu_turn_release:=denoise_tail" ;;
+    goal)
+        for processes in 2 3; do
+            fleet_profile "goal_p$processes" "$processes" \
+                "$FLEET_BASE/publish_on_chunk:=true,$FLEET_BASE"
+        done ;;
     *)
-        echo "unknown step $step (rope, timeline_b8, suffix_b2_b4)"; exit 2 ;;
+        echo "unknown step $step (gpu_tests, qkv_rope, tail_ab, goal)"
+        exit 2 ;;
     esac
 done

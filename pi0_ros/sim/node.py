@@ -29,7 +29,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from pi0_ros.executors import spin_until_shutdown  # noqa: E402
+from pi0_ros.executors import freeze_loaded_objects, spin_until_shutdown  # noqa: E402
 from pi0_ros.sim.follower import (  # noqa: E402
     InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
 from pi0_ros.sim.scene import CAMERA_NAMES, HOME_POSITION, SimScene  # noqa: E402
@@ -287,6 +287,7 @@ def main(args=None):
     node = None
     try:
         node = SimNode()
+        freeze_loaded_objects()  # its cameras and joint states do not pause for full passes
         # Physics and rendering have their own threads; the callbacks only copy state, so one
         # executor thread costs the least CPU (rclpy's MultiThreadedExecutor dispatch is heavy).
         executor = SingleThreadedExecutor()

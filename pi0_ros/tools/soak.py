@@ -185,6 +185,8 @@ def run_feeder(args):
     """Entry point of the feeder process; writes its counters to --feeder-stats on exit."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
+
+    from pi0_ros.executors import freeze_loaded_objects
     rclpy.init(signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -192,6 +194,7 @@ def run_feeder(args):
     node = rclpy.create_node(f'pi0_soak_feeder_{args.feeder}',
                              namespace=args.feeder_namespace or None)
     feeder = Feeder(node, args, follow=args.feeder == 'joints')
+    freeze_loaded_objects()  # no full passes of the collector pausing the streams
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, name='feeder_spin', daemon=True)
@@ -678,6 +681,8 @@ def run_monitor(args):
 
     import rclpy
 
+    from pi0_ros.executors import freeze_loaded_objects
+
     model = (f'checkpoint {args.checkpoint}' if args.checkpoint
              else f'random {args.random_model} model')
     print(f'pi0_ros soak: {args.duration:.0f} s (warm-up {args.warmup:.0f} s), {model}, device '
@@ -716,6 +721,7 @@ def run_monitor(args):
         else:
             crashed = f'the node did not follow the policy within {args.startup_timeout:.0f} s'
         print(f'following after {time.monotonic() - started:.1f} s of start-up', flush=True)
+        freeze_loaded_objects()  # this process times what it receives: no full passes
         begin = time.monotonic()
         next_sample = next_print = begin
         monitor.start_sampling(1.0)
