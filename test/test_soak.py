@@ -46,6 +46,9 @@ def test_short_soak_meets_the_short_run_criteria(ros_domain_id, tmp_path):
         assert (output / name).stat().st_size > 10_000
     startup = summary['startup_s']  # seconds from the node process's start
     assert None not in startup.values() and 0 < startup['first_policy_command'] < 60, startup
+    # The node's garbage collector as its diagnostics report it (every pass pauses some time).
+    collector = summary['node_garbage_collector']
+    assert collector['full_passes_after_warmup'] >= 0 and collector['pause_max_ms'] > 0
 
 
 def test_node_parameters_are_parsed_as_literals_else_strings():

@@ -306,7 +306,9 @@ class Monitor:
                 self.diagnostics.append((time.monotonic(), {
                     'jitter_p99_ms': _float(values.get('period jitter p99 ms')),
                     'rate_hz': _float(values.get('rate hz')),
-                    'commands_blocked': int(_float(values.get('commands blocked')) or 0)}))
+                    'commands_blocked': int(_float(values.get('commands blocked')) or 0),
+                    'gc_full_passes': _float(values.get('gc full passes (process)')),
+                    'gc_pause_max_ms': _float(values.get('gc pause max ms (process)'))}))
 
     def chunk_callback(self, msg):
         self.chunks.append((time.monotonic(), msg.total_ms, msg.instruction_epoch))
@@ -457,6 +459,8 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
     diag_jitter = [d['jitter_p99_ms'] for t, d in monitor.diagnostics
                    if t >= steady and d['jitter_p99_ms'] is not None]
     blocked = monitor.diagnostics[-1][1]['commands_blocked'] if monitor.diagnostics else 0
+    collector = [d for t, d in monitor.diagnostics
+                 if t >= steady and d['gc_full_passes'] is not None]
     first = next((s for t, s in monitor.statuses if t >= steady), None)
     last = monitor.statuses[-1][1] if monitor.statuses else None
     counter_problems = _counters_consistent(monitor.statuses, first, feeder_stats)
@@ -522,6 +526,13 @@ def summarize(monitor, args, window, feeder_stats, exit_codes, crashed):
                                  'p50': _pct(latencies, 50), 'p99': _pct(latencies, 99)},
         'following_fraction_after_warmup': following,
         'hold_reasons_after_warmup': hold_reasons,
+        # The node process's garbage collector (its output diagnostic): full passes after the
+        # warm-up, and its longest pause since the engine was ready (every thread waits).
+        'node_garbage_collector': {
+            'full_passes_after_warmup': int(collector[-1]['gc_full_passes']
+                                            - collector[0]['gc_full_passes'])
+            if collector else None,
+            'pause_max_ms': collector[-1]['gc_pause_max_ms'] if collector else None},
         'counters_final': {name: last[name] for name in COUNTER_FIELDS} if last else None,
         'counters_after_warmup': {name: delta(name) for name in COUNTER_FIELDS},
         'counter_problems': counter_problems,
