@@ -235,7 +235,8 @@ class Pi0ControlNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f'engine ready in {time.monotonic() - started:.1f} s')
         # The engine and everything loaded stay out of the garbage collector's full passes (each
-        # held the GIL ~0.1-0.3 s: missed control ticks); its pauses are watched from here on.
+        # held the GIL ~0.1 s while loading here: the control tick would wait); its pauses are
+        # watched from here on.
         freeze_loaded_objects()
         diagnostics.gc_pauses()
         with self._lock:
