@@ -81,4 +81,4 @@ def test_the_output_diagnostic_reports_the_collector_pauses():
 
     before = passes()
     gc.collect()
-    assert passes() == before + 1
+    assert passes() >= before + 1
