@@ -15,6 +15,10 @@ from pi0_ros.msg import PolicyStatus
 # The inputs diagnostic warns while a rejection is at most this old (then OK again, the totals
 # stay in its values).
 INPUT_WARN_S = 10.0
+# The output diagnostic's keys of the process's garbage collector (GcPauses), as the soak and the
+# fleet benchmark read them.
+GC_FULL_PASSES_KEY = 'gc full passes (process)'
+GC_PAUSE_MAX_MS_KEY = 'gc pause max ms (process)'
 # An engine call waiting this long for another process's turn on the GPU is reported (WARN).
 TURN_WAIT_WARN_S = 1.0
 
@@ -196,8 +200,8 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'actions skipped (latency)': status.actions_skipped,
              'commands on chunk arrival': counters['commands_on_chunk'],
              'commands blocked': counters['commands_blocked'],
-             'gc full passes (process)': gc_pauses().full_passes,
-             'gc pause max ms (process)': gc_pauses().longest_s * 1e3}),
+             GC_FULL_PASSES_KEY: gc_pauses().full_passes,
+             GC_PAUSE_MAX_MS_KEY: gc_pauses().longest_s * 1e3}),
         diagnostic_status(
             f'{name}: inputs', WARN if recent else OK, inputs_message,
             {'observation age s': status.observation_age_s,

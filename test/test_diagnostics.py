@@ -6,7 +6,7 @@ import gc
 from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
 
-from pi0_ros.diagnostics import GcPauses, node_diagnostics, RateMeter
+from pi0_ros.diagnostics import GC_FULL_PASSES_KEY, GcPauses, node_diagnostics, RateMeter
 from pi0_ros.worker import _new_counters, WorkerState
 
 
@@ -77,7 +77,7 @@ def test_the_output_diagnostic_reports_the_collector_pauses():
     def passes():
         output = next(s for s in node_status_array(WaitingWorker(0.0)).status
                       if s.name.endswith(': output'))
-        return int({kv.key: kv.value for kv in output.values}['gc full passes (process)'])
+        return int({kv.key: kv.value for kv in output.values}[GC_FULL_PASSES_KEY])
 
     before = passes()
     gc.collect()

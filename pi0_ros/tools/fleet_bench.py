@@ -116,10 +116,11 @@ class ArmRecord:
         self.tick_rates.append((time.monotonic(), float(msg.control_rate_hz)))
 
     def on_output_diagnostic(self, entry):
+        from pi0_ros.diagnostics import GC_FULL_PASSES_KEY, GC_PAUSE_MAX_MS_KEY
         values = {kv.key: kv.value for kv in entry.values}
-        if 'gc full passes (process)' in values:
-            self.gc_pauses.append((time.monotonic(), int(values['gc full passes (process)']),
-                                   float(values['gc pause max ms (process)'])))
+        if GC_FULL_PASSES_KEY in values:
+            self.gc_pauses.append((time.monotonic(), int(values[GC_FULL_PASSES_KEY]),
+                                   float(values[GC_PAUSE_MAX_MS_KEY])))
 
     def summary(self, begin, end, control_rate):
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""

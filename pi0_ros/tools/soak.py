@@ -300,6 +300,7 @@ class Monitor:
             **{name: getattr(msg, name) for name in COUNTER_FIELDS}}))
 
     def diagnostics_callback(self, msg):
+        from pi0_ros.diagnostics import GC_FULL_PASSES_KEY, GC_PAUSE_MAX_MS_KEY
         for status in msg.status:
             if status.name.endswith(': output'):
                 values = {kv.key: kv.value for kv in status.values}
@@ -307,8 +308,8 @@ class Monitor:
                     'jitter_p99_ms': _float(values.get('period jitter p99 ms')),
                     'rate_hz': _float(values.get('rate hz')),
                     'commands_blocked': int(_float(values.get('commands blocked')) or 0),
-                    'gc_full_passes': _float(values.get('gc full passes (process)')),
-                    'gc_pause_max_ms': _float(values.get('gc pause max ms (process)'))}))
+                    'gc_full_passes': _float(values.get(GC_FULL_PASSES_KEY)),
+                    'gc_pause_max_ms': _float(values.get(GC_PAUSE_MAX_MS_KEY))}))
 
     def chunk_callback(self, msg):
         self.chunks.append((time.monotonic(), msg.total_ms, msg.instruction_epoch))
