@@ -19,6 +19,11 @@ INPUT_WARN_S = 10.0
 # fleet benchmark read them.
 GC_FULL_PASSES_KEY = 'gc full passes (process)'
 GC_PAUSE_MAX_MS_KEY = 'gc pause max ms (process)'
+# Where a chunk's latency outside its engine call goes, as the fleet benchmark reads it: the
+# observation's age when its call began (engine entry), the chunk's wait from the call's end to
+# the command that first uses it (output entry).
+CALL_AGE_P99_KEY = 'observation age at call p99 ms'
+TICK_WAIT_P99_KEY = 'chunk wait for the output stage p99 ms'
 # An engine call waiting this long for another process's turn on the GPU is reported (WARN).
 TURN_WAIT_WARN_S = 1.0
 
@@ -142,12 +147,14 @@ STALE = DiagnosticStatus.STALE
 
 
 def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_rejection_age_s,
-                     jitter_s):
+                     jitter_s, call_ages_s=(), tick_waits_s=()):
     """
     Return the control node's DiagnosticArray: engine, output and inputs, stamped like `status`.
 
     status: the PolicyStatus just built; worker: the InferenceWorker (state, error, counters);
-    counters, rejections (per reason) and skews (seconds): the node's, copied under its lock.
+    counters, rejections (per reason) and skews (seconds): the node's, copied under its lock;
+    call_ages_s and tick_waits_s: the recent chunks' observation ages at their call's start and
+    waits for the output stage (seconds).
     """
     engine_level = {PolicyStatus.ENGINE_FAILED: ERROR,
                     PolicyStatus.ENGINE_STOPPED: WARN}.get(status.engine_state, OK)
@@ -170,6 +177,8 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
             f'{name}: engine', engine_level, engine_message,
             {'latency p50 ms': status.inference_latency_p50_ms,
              'latency p99 ms': status.inference_latency_p99_ms,
+             'observation age at call p50 ms': percentile(call_ages_s, 50) * 1e3,
+             CALL_AGE_P99_KEY: percentile(call_ages_s, 99) * 1e3,
              'inferences': worker.counters['inferences'],
              'inferences batched with other robots': worker.counters['batched'],
              'failures': worker.counters['failures'],
@@ -198,6 +207,8 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'rate error': status.control_rate_error,
              'period jitter p99 ms': jitter_s * 1e3,
              'actions skipped (latency)': status.actions_skipped,
+             'chunk wait for the output stage p50 ms': percentile(tick_waits_s, 50) * 1e3,
+             TICK_WAIT_P99_KEY: percentile(tick_waits_s, 99) * 1e3,
              'commands on chunk arrival': counters['commands_on_chunk'],
              'commands blocked': counters['commands_blocked'],
              GC_FULL_PASSES_KEY: gc_pauses().full_passes,

@@ -304,6 +304,10 @@ class Pi0ControlNode(LifecycleNode):
         self._commanding = False  # the last control tick published a command
         self._start_refused = None  # why the measured joints could not start the plan
         self._pending_results = deque(maxlen=4)  # results not yet consumed by the timer
+        # Per chunk taken by the output stage (s): its observation's age when the engine call
+        # began, and its wait from the call's end to the command that first uses it.
+        self._call_ages_s = deque(maxlen=200)
+        self._tick_waits_s = deque(maxlen=200)
         # chunk_handover rtc: the chunk the plan follows (None while holding), continued by the
         # next one (_rtc_guidance).
         self._executing_chunk = None
@@ -644,6 +648,7 @@ class Pi0ControlNode(LifecycleNode):
         elif self._planner.state is PlannerState.ESTOP:
             self._planner.clear_estop()
         self._planner.set_enabled(enabled)
+        self._record_chunk_waits(results, now)
         chunks = [self._accept_chunk(result, now) for result in results]
         # Disabled and at rest: no command, the controller is free for other commanders. An
         # e-stop latched while not commanding (handed over, or latched before a configure)
@@ -667,6 +672,19 @@ class Pi0ControlNode(LifecycleNode):
             if np.isfinite(chunk.actions).all():  # NaN/inf never goes on the wire
                 self._chunk_pub.publish(self._action_chunk_msg(result, chunk))
         return published
+
+    def _record_chunk_waits(self, results, now):
+        """Record where the chunks' latency outside their engine call went (diagnostics)."""
+        # The engine call is timed on the monotonic clock, the stamps are on the ROS clock: the
+        # observation's age at the call's start holds where the two advance alike (wall time,
+        # or a simulation at real-time speed).
+        since = time.monotonic()
+        for result in results:
+            if result.call_started_s is None:
+                continue
+            since_call = since - result.call_started_s
+            self._call_ages_s.append(now - result.observation.stamp - since_call)
+            self._tick_waits_s.append(since_call - result.latency_s)
 
     def _start_plan(self, now, latest_joint, joint_state_time):
         """Start the plan from the measured joints; False (publish nothing) where it cannot."""
@@ -865,11 +883,13 @@ class Pi0ControlNode(LifecycleNode):
             rejections = dict(inputs.rejections)
             skews = list(inputs.skews)
             counters = {**self._counters, **inputs.counters}
+        call_ages_s, tick_waits_s = list(self._call_ages_s), list(self._tick_waits_s)
         # The newest rejection, the node's own (messages) or the engine's (observations).
         age = time.monotonic() - max(inputs.last_rejection, worker.last_input_rejection)
         return diagnostics.node_diagnostics(
             self.get_fully_qualified_name(), status, worker, counters, rejections, skews,
-            last_rejection_age_s=age, jitter_s=self._output_rate.jitter())
+            last_rejection_age_s=age, jitter_s=self._output_rate.jitter(),
+            call_ages_s=call_ages_s, tick_waits_s=tick_waits_s)
 
     # Parameters ----------------------------------------------------------------------------
     def _on_set_parameters(self, parameters):

@@ -66,6 +66,7 @@ class ChunkResult:
     latency_s: float
     rtc_applied: bool = False   # guided by Real-Time Chunking towards the executing plan
     batch_size: int = 1         # observations in the engine call that made it
+    call_started_s: float | None = None  # time.monotonic() when that engine call began
 
 
 class WorkerState(enum.Enum):
@@ -637,7 +638,7 @@ class InferenceWorker:
                 results.append(ChunkResult(
                     observation, np.asarray(output.actions, dtype=np.float64),
                     dict(output.timings_ms), int(output.vision_cache_hits),
-                    time.monotonic() - started, applied, len(batch)))
+                    time.monotonic() - started, applied, len(batch), started))
         except InputError as error:  # an observation, not the engine: no failure counted
             if len(batch) > 1:
                 # Which robot's? Each alone: the others' chunks still come.

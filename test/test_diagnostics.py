@@ -6,7 +6,8 @@ import gc
 from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
 
-from pi0_ros.diagnostics import GC_FULL_PASSES_KEY, GcPauses, node_diagnostics, RateMeter
+from pi0_ros.diagnostics import (CALL_AGE_P99_KEY, GC_FULL_PASSES_KEY, GcPauses, node_diagnostics,
+                                 RateMeter, TICK_WAIT_P99_KEY)
 from pi0_ros.worker import _new_counters, WorkerState
 
 
@@ -40,14 +41,14 @@ class WaitingWorker:
         self.turn_wait_s = turn_wait_s
 
 
-def node_status_array(worker):
+def node_status_array(worker, **waits):
     from pi0_ros.msg import PolicyStatus
     status = PolicyStatus(engine_state=PolicyStatus.ENGINE_IDLE,
                           output_state=PolicyStatus.OUTPUT_FOLLOWING)
     return node_diagnostics('pi0_ros', status, worker, {'chunks_discarded': 0,
                                                         'commands_on_chunk': 0,
                                                         'commands_blocked': 0},
-                            {}, [], last_rejection_age_s=float('inf'), jitter_s=0.0)
+                            {}, [], last_rejection_age_s=float('inf'), jitter_s=0.0, **waits)
 
 
 def engine_status(worker):
@@ -82,3 +83,19 @@ def test_the_output_diagnostic_reports_the_collector_pauses():
     before = passes()
     gc.collect()
     assert passes() >= before + 1
+
+
+def test_the_chunks_waits_outside_the_call_are_reported_where_they_happen():
+    # Observation ages at the call's start: the engine entry; waits for the output stage: the
+    # output entry (what the fleet benchmark reads).
+    array = node_status_array(WaitingWorker(0.0), call_ages_s=[0.010] * 99 + [0.090],
+                              tick_waits_s=[0.004] * 50 + [0.016] * 50)
+    values = {s.name.rsplit(': ', 1)[1]: {kv.key: float(kv.value) for kv in s.values}
+              for s in array.status}
+    assert values['engine']['observation age at call p50 ms'] == pytest.approx(10.0)
+    assert 10.0 < values['engine'][CALL_AGE_P99_KEY] < 90.0
+    assert values['output'][TICK_WAIT_P99_KEY] == pytest.approx(16.0)
+    assert 4.0 < values['output']['chunk wait for the output stage p50 ms'] < 16.0
+    none = node_status_array(WaitingWorker(0.0))
+    assert all(float(kv.value) == 0.0 for s in none.status for kv in s.values
+               if kv.key in (CALL_AGE_P99_KEY, TICK_WAIT_P99_KEY))

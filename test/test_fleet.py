@@ -151,6 +151,10 @@ def test_the_fleet_benchmark_reports_every_arm(tmp_path, monkeypatch, ros_domain
         assert 0 < arm['engine_call_p50_ms'] <= arm['chunk_latency_p50_ms']
         # The engine call lies within a chunk's age: what is left is waiting and transport.
         assert 0 < arm['chunk_wait_p50_ms'] < arm['chunk_latency_p50_ms']
+        # The node's split of it (diagnostics): the observation's age when its call began, and
+        # the chunk's wait for the output stage (about a control period at most, unless late).
+        assert 0 < arm['call_age_p99_ms'] < arm['chunk_latency_p99_ms']
+        assert 0 <= arm['output_wait_p99_ms'] < 1000
         stages = arm['engine_stages_p50_ms']
         assert set(stages) == {'preprocess', 'vision', 'prefix', 'denoise'}
         assert all(ms > 0 for ms in stages.values())

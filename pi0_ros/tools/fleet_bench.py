@@ -8,8 +8,9 @@ full --output reports/fleet` runs, for each N, the fleet process with robots arm
 arm the soak's two feeder processes in the arm's namespace (three cameras and the instruction;
 joint states that track the commands). Once every arm follows the policy it records --duration
 seconds, per arm: chunks per second (~/action_chunk), the engine call that made each chunk
-(ActionChunk.total_ms: the whole batch), the chunk latency (its arrival here minus the camera
-stamp of its observation: synchronization, batch wait, inference and delivery), commands per
+(ActionChunk.total_ms: the whole batch), the chunk latency (its reception by this process's
+middleware minus the camera stamp of its observation: synchronization, batch wait, inference
+and delivery; the node's diagnostics split its part outside the engine call), commands per
 second against control_rate (received here, and the fixed-rate ticks as the node reports them in
 ~/status: with publish_on_chunk the node also publishes between ticks), and every command
 checked against the joint limits, and the full passes and longest pause of the garbage collector
@@ -35,6 +36,8 @@ from pi0_ros.tools.processes import (copy_to_environ, fastdds_profile_env,
 from pi0_ros.tools.soak import FEEDER_STREAMS
 
 OUTPUT_FOLLOWING = 1
+# Seconds between every arm following and the recorded window (what queued here is taken).
+SETTLE_S = 1.0
 
 
 def parse_args(argv):
@@ -87,6 +90,9 @@ class ArmRecord:
         # (t, full passes of the garbage collector, its longest pause in ms): the arm's process's
         # own, from its output diagnostic
         self.gc_pauses = []
+        # (t, observation age at call p99 ms, chunk wait for the output stage p99 ms): the node's
+        # own split of a chunk's time outside its engine call, over its recent chunks
+        self.wait_splits = []
         self.unsafe = 0
         node.create_subscription(JointTrajectory, f'/{robot}/joint_trajectory', self.on_command,
                                  50)
@@ -105,9 +111,12 @@ class ArmRecord:
                 and np.all(np.abs(velocities) <= np.array(SO101_MAX_VELOCITY) + 1e-6)):
             self.unsafe += 1
 
-    def on_chunk(self, msg):
+    def on_chunk(self, msg, info):
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        age_ms = (self.clock.now().nanoseconds * 1e-9 - stamp) * 1e3
+        # When the middleware received it (the wall clock, as the stamps here): a backlog in
+        # this process's executor is not the node's latency.
+        received_ns = info.get('received_timestamp') or self.clock.now().nanoseconds
+        age_ms = (received_ns * 1e-9 - stamp) * 1e3
         stages = (msg.preprocess_ms, msg.vision_ms, msg.prefix_ms, msg.denoise_ms)
         self.chunks.append((time.monotonic(), float(msg.total_ms), age_ms, stages))
 
@@ -115,12 +124,18 @@ class ArmRecord:
         self.state = msg.output_state
         self.tick_rates.append((time.monotonic(), float(msg.control_rate_hz)))
 
-    def on_output_diagnostic(self, entry):
-        from pi0_ros.diagnostics import GC_FULL_PASSES_KEY, GC_PAUSE_MAX_MS_KEY
-        values = {kv.key: kv.value for kv in entry.values}
+    def on_diagnostics(self, entries):
+        """Take the figures this benchmark reports from the arm's node's diagnostic entries."""
+        from pi0_ros.diagnostics import (CALL_AGE_P99_KEY, GC_FULL_PASSES_KEY,
+                                         GC_PAUSE_MAX_MS_KEY, TICK_WAIT_P99_KEY)
+        values = {kv.key: kv.value for entry in entries for kv in entry.values}
+        now = time.monotonic()
         if GC_FULL_PASSES_KEY in values:
-            self.gc_pauses.append((time.monotonic(), int(values[GC_FULL_PASSES_KEY]),
+            self.gc_pauses.append((now, int(values[GC_FULL_PASSES_KEY]),
                                    float(values[GC_PAUSE_MAX_MS_KEY])))
+        if CALL_AGE_P99_KEY in values and TICK_WAIT_P99_KEY in values:
+            self.wait_splits.append((now, float(values[CALL_AGE_P99_KEY]),
+                                     float(values[TICK_WAIT_P99_KEY])))
 
     def summary(self, begin, end, control_rate):
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""
@@ -139,10 +154,17 @@ class ArmRecord:
         tick_rates = [hz for t, hz in self.tick_rates if begin <= t <= end and hz > 0]
         tick_rate = float(np.median(tick_rates)) if tick_rates else 0.0
         gc_pauses = [(passes, ms) for t, passes, ms in self.gc_pauses if begin <= t <= end]
+        wait_splits = [(age, wait) for t, age, wait in self.wait_splits if begin <= t <= end]
         return {'robot': self.robot, 'chunks_per_s': round(len(chunks) / seconds, 2),
                 'engine_call_p50_ms': pct(engine, 50), 'engine_call_p99_ms': pct(engine, 99),
                 'chunk_latency_p50_ms': pct(ages, 50), 'chunk_latency_p99_ms': pct(ages, 99),
                 'chunk_wait_p50_ms': pct(waits, 50), 'chunk_wait_p99_ms': pct(waits, 99),
+                # The node's split of that wait, its last report in the window (its recent 200
+                # chunks): the observation's age when its call began (sync, the batch's and the
+                # GPU turn's waits), and the chunk's wait from the call's end to the command
+                # that first uses it.
+                'call_age_p99_ms': round(wait_splits[-1][0], 2) if wait_splits else None,
+                'output_wait_p99_ms': round(wait_splits[-1][1], 2) if wait_splits else None,
                 # The engine's stage times of the call (GPU events; preprocess includes the
                 # frames' upload).
                 'engine_stages_p50_ms': {
@@ -160,12 +182,12 @@ class ArmRecord:
                 'unsafe_commands': self.unsafe}
 
 
-def dispatch_output_diagnostics(array, arms):
-    """Hand each arm its node's output diagnostic ('/<robot>/<node>: output')."""
-    for entry in array.status:
-        for arm in arms:
-            if entry.name.startswith(f'/{arm.robot}/') and entry.name.endswith(': output'):
-                arm.on_output_diagnostic(entry)
+def dispatch_diagnostics(array, arms):
+    """Hand each arm its node's diagnostic entries ('/<robot>/<node>: ...')."""
+    for arm in arms:
+        entries = [entry for entry in array.status if entry.name.startswith(f'/{arm.robot}/')]
+        if entries:
+            arm.on_diagnostics(entries)
 
 
 def run_count(count, args, logs, env):
@@ -197,7 +219,7 @@ def run_count(count, args, logs, env):
     node = rclpy.create_node(f'pi0_fleet_bench_{count}')
     arms = [ArmRecord(node, robot) for robot in robots]
     node.create_subscription(DiagnosticArray, '/diagnostics',
-                             lambda array: dispatch_output_diagnostics(array, arms), 50)
+                             lambda array: dispatch_diagnostics(array, arms), 50)
     result = {'arms': count, 'processes': len(fleets), 'error': ''}
     try:
         started = time.monotonic()
@@ -212,6 +234,11 @@ def run_count(count, args, logs, env):
         result['startup_s'] = round(time.monotonic() - started, 1)
         print(f'{count} arm(s): following after {result["startup_s"]} s', flush=True)
         freeze_loaded_objects()  # this process times what it receives: no full passes
+        # What queued here meanwhile (spin_once takes one message per call) is taken before the
+        # window, so that a backlog does not count as a burst of commands within it.
+        settled = time.monotonic() + SETTLE_S
+        while time.monotonic() < settled:
+            rclpy.spin_once(node, timeout_sec=0.02)
         begin = time.monotonic()
         while not result['error'] and time.monotonic() - begin < args.duration:
             rclpy.spin_once(node, timeout_sec=0.02)
@@ -229,6 +256,8 @@ def run_count(count, args, logs, env):
         chunks_per_s_total=round(sum(a['chunks_per_s'] for a in per_arm), 2),
         chunk_latency_p99_ms_max=max(a['chunk_latency_p99_ms'] or 0 for a in per_arm),
         chunk_wait_p99_ms_max=max(a['chunk_wait_p99_ms'] or 0 for a in per_arm),
+        call_age_p99_ms_max=max(a['call_age_p99_ms'] or 0 for a in per_arm),
+        output_wait_p99_ms_max=max(a['output_wait_p99_ms'] or 0 for a in per_arm),
         engine_call_p50_ms_median=float(np.median([a['engine_call_p50_ms'] or 0
                                                    for a in per_arm])),
         command_rate_error_pct_max_abs=max(abs(a['command_rate_error_pct']) for a in per_arm),
@@ -288,7 +317,9 @@ def main(argv=None):
             else:
                 print(f"{count} arm(s): {result['chunks_per_s_per_arm_min']:.1f} chunks/s per "
                       f"arm (slowest), chunk latency p99 {result['chunk_latency_p99_ms_max']:.1f}"
-                      f" ms (outside the call {result['chunk_wait_p99_ms_max']:.1f} ms), engine "
+                      f" ms (outside the call {result['chunk_wait_p99_ms_max']:.1f} ms: age at "
+                      f"call {result['call_age_p99_ms_max']:.1f}, wait for the output stage "
+                      f"{result['output_wait_p99_ms_max']:.1f}), engine "
                       f"call p50 {result['engine_call_p50_ms_median']:.1f} ms, "
                       f"command rate error {result['command_rate_error_pct_max_abs']:.2f} % "
                       f"(ticks {result['tick_rate_error_pct_max_abs']:.2f} %), "
