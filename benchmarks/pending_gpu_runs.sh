@@ -16,6 +16,8 @@
 #                 turns (FP8 prefix MLP layers 4-16, max_batch 4, blend)
 #   goal          issue 28's goal on an H200: 8 arms in 2 processes (publish_on_chunk on, off,
 #                 on with denoise_tail, on) and in 3 (on), 20 s each
+#   gil           publish_on_chunk, GIL switch interval 0.05 ms against 0.2 ms: 3 processes
+#                 (4 runs in turns), then 2 (2 runs); 8 files, ~7 min
 export PYTHONUNBUFFERED=1
 SITE=/tmp/site
 FLEET_BASE=blend/prefix_fp8_layers:=4-16
@@ -59,8 +61,17 @@ for step in ${*:-gpu_tests qkv_rope}; do
             "$ON_CHUNK,$FLEET_BASE,$ON_CHUNK/gpu_turn_release:=denoise_tail,$ON_CHUNK"
         fleet_profile goal_p3 3 "$ON_CHUNK"
         rm -f "$OUT/goal_p3/gpu.txt" ;;  # the device tool returns at most 8 files
+    gil)
+        # The control thread waits for the GIL (py-spy, goal runs): the fleet's GIL switch
+        # interval 0.05 ms against the default 0.2, with publish_on_chunk, 3 then 2 processes.
+        DURATION=${DURATION:-20}
+        ON_CHUNK=$FLEET_BASE/publish_on_chunk:=true
+        SHORT=$ON_CHUNK/gil_switch_interval:=0.00005
+        fleet_profile gil_p3 3 "$ON_CHUNK,$SHORT,$ON_CHUNK,$SHORT"
+        fleet_profile gil_p2 2 "$SHORT,$ON_CHUNK"
+        rm -f "$OUT"/gil_p*/gpu.txt ;;  # the device tool returns at most 8 files
     *)
-        echo "unknown step $step (gpu_tests, qkv_rope, tail_ab, goal)"
+        echo "unknown step $step (gpu_tests, qkv_rope, tail_ab, goal, gil)"
         exit 2 ;;
     esac
 done
