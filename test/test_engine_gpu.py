@@ -195,9 +195,10 @@ def test_fused_qkv_rope_gives_the_chunk_of_the_gemm_and_rope_kernels(monkeypatch
     results = {}
     for max_rows in (0, 64):  # 0: the skinny GEMM's partial sums, then rope_qkv
         monkeypatch.setattr(kernel_configs, 'QKV_ROPE_MAX_ROWS', max_rows)
-        # Heads of 32 dims: RoPE's halves of 16 fill the kernel's 16 columns.
-        engine = Pi0Engine.random(dataclasses.replace(DIMS, head_dim=32), state_dim=7,
-                                  action_dim=7, num_cameras=3, seed=2,
+        # Heads of 32 dims: RoPE's halves of 16 fill the kernel's 16 columns; an expert 64
+        # wide: whole blocks of the kernel's 64-deep K (the tiny model's 32 is too narrow).
+        engine = Pi0Engine.random(dataclasses.replace(DIMS, head_dim=32, expert_width=64),
+                                  state_dim=7, action_dim=7, num_cameras=3, seed=2,
                                   options=EngineOptions(device='cuda', precision='bf16'))
         engine.warmup()  # graphs captured with this setting
         results[max_rows] = engine.infer(frames, state, 'grasp', noise=noise).actions

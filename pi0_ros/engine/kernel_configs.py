@@ -107,10 +107,13 @@ SKINNY_ATOMIC_MAX_ROWS = 512
 # The expert's qkv projection and RoPE as one launch (gemm.qkv_rope: each program computes the
 # two halves of a head's dims that RoPE pairs and writes q and the cache's k and v, instead of the
 # skinny GEMM's partial sums and kernels.rope_qkv), at most this many rows (0 = never), with
-# this launch configuration. Not yet measured on a GPU (engine_ab --b-config
-# QKV_ROPE_MAX_ROWS=64).
-QKV_ROPE_MAX_ROWS = 0
-QKV_ROPE_CONFIG = _skinny(64, 16, 64, 1, 4, 3)
+# this launch configuration. H100 (2026-12-07, record qkv-rope-h100): at 51 rows (batch 1's
+# denoising) 5.14 us against 5.76 for the skinny GEMM + rope_qkv (tune_kernels --only qkv_rope,
+# best tile below); engine_ab at batch 1, same process, two runs: denoise 6.20 -> 5.89 and
+# 6.19 -> 5.88 ms, p50 14.90 -> 14.52 and 15.03 -> 14.67 ms, cosine 1.000000. Batch 2 (102
+# rows) is left to the skinny GEMM: not measured in the engine there.
+QKV_ROPE_MAX_ROWS = 64
+QKV_ROPE_CONFIG = _skinny(64, 16, 64, 1, 4, 4)
 
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
