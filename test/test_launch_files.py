@@ -284,3 +284,28 @@ def test_the_fleet_params_file_sets_every_fleet_process_and_no_robot():
         robot.destroy_node()
     finally:
         rclpy.shutdown(context=context)
+
+
+def test_the_8_arm_fleet_file_sets_the_fleet_and_every_robot_over_the_robot_defaults():
+    # As fleet.launch.py passes them: params_file (config/pi0_ros.yaml), then fleet_params_file.
+    import rclpy
+    from rclpy.context import Context
+    from pi0_ros.parameters import SPECS
+    config = LAUNCH_DIR.parent / 'config'
+    context = Context()
+    rclpy.init(args=['--ros-args', '--params-file', str(config / 'pi0_ros.yaml'),
+                     '--params-file', str(config / 'fleet_8_arms.yaml')], context=context)
+    try:
+        fleet = rclpy.create_node('pi0_fleet', namespace='/fleet3', context=context)
+        robot = rclpy.create_node('pi0_ros', namespace='/arm7', context=context)
+        assert fleet.declare_parameter('max_batch', -1).value == 4
+        values = {name: robot.declare_parameter(name, SPECS[name].default).value
+                  for name in ('chunk_handover', 'prefix_fp8_layers', 'publish_on_chunk',
+                               'control_rate')}
+        # control_rate: config/pi0_ros.yaml's, which the file leaves as it is.
+        assert values == {'chunk_handover': 'blend', 'prefix_fp8_layers': '4-16',
+                          'publish_on_chunk': True, 'control_rate': 50.0}
+        fleet.destroy_node()
+        robot.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
