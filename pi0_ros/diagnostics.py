@@ -23,7 +23,7 @@ GC_PAUSE_MAX_MS_KEY = 'gc pause max ms (process)'
 # observation's age when its call began (engine entry), the chunk's wait from the call's end to
 # the command that first uses it (output entry).
 CALL_AGE_P99_KEY = 'observation age at call p99 ms'
-TICK_WAIT_P99_KEY = 'chunk wait for the output stage p99 ms'
+OUTPUT_WAIT_P99_KEY = 'chunk wait for the output stage p99 ms'
 # An engine call waiting this long for another process's turn on the GPU is reported (WARN).
 TURN_WAIT_WARN_S = 1.0
 
@@ -147,13 +147,13 @@ STALE = DiagnosticStatus.STALE
 
 
 def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_rejection_age_s,
-                     jitter_s, call_ages_s=(), tick_waits_s=()):
+                     jitter_s, call_ages_s=(), output_waits_s=()):
     """
     Return the control node's DiagnosticArray: engine, output and inputs, stamped like `status`.
 
     status: the PolicyStatus just built; worker: the InferenceWorker (state, error, counters);
     counters, rejections (per reason) and skews (seconds): the node's, copied under its lock;
-    call_ages_s and tick_waits_s: the recent chunks' observation ages at their call's start and
+    call_ages_s and output_waits_s: the recent chunks' observation ages at their call's start and
     waits for the output stage (seconds).
     """
     engine_level = {PolicyStatus.ENGINE_FAILED: ERROR,
@@ -207,8 +207,8 @@ def node_diagnostics(name, status, worker, counters, rejections, skews, *, last_
              'rate error': status.control_rate_error,
              'period jitter p99 ms': jitter_s * 1e3,
              'actions skipped (latency)': status.actions_skipped,
-             'chunk wait for the output stage p50 ms': percentile(tick_waits_s, 50) * 1e3,
-             TICK_WAIT_P99_KEY: percentile(tick_waits_s, 99) * 1e3,
+             'chunk wait for the output stage p50 ms': percentile(output_waits_s, 50) * 1e3,
+             OUTPUT_WAIT_P99_KEY: percentile(output_waits_s, 99) * 1e3,
              'commands on chunk arrival': counters['commands_on_chunk'],
              'commands blocked': counters['commands_blocked'],
              GC_FULL_PASSES_KEY: gc_pauses().full_passes,

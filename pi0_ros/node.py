@@ -307,7 +307,7 @@ class Pi0ControlNode(LifecycleNode):
         # Per chunk taken by the output stage (s): its observation's age when the engine call
         # began, and its wait from the call's end to the command that first uses it.
         self._call_ages_s = deque(maxlen=200)
-        self._tick_waits_s = deque(maxlen=200)
+        self._output_waits_s = deque(maxlen=200)
         # chunk_handover rtc: the chunk the plan follows (None while holding), continued by the
         # next one (_rtc_guidance).
         self._executing_chunk = None
@@ -684,7 +684,7 @@ class Pi0ControlNode(LifecycleNode):
                 continue
             since_call = since - result.call_started_s
             self._call_ages_s.append(now - result.observation.stamp - since_call)
-            self._tick_waits_s.append(since_call - result.latency_s)
+            self._output_waits_s.append(since_call - result.latency_s)
 
     def _start_plan(self, now, latest_joint, joint_state_time):
         """Start the plan from the measured joints; False (publish nothing) where it cannot."""
@@ -883,13 +883,13 @@ class Pi0ControlNode(LifecycleNode):
             rejections = dict(inputs.rejections)
             skews = list(inputs.skews)
             counters = {**self._counters, **inputs.counters}
-        call_ages_s, tick_waits_s = list(self._call_ages_s), list(self._tick_waits_s)
+        call_ages_s, output_waits_s = list(self._call_ages_s), list(self._output_waits_s)
         # The newest rejection, the node's own (messages) or the engine's (observations).
         age = time.monotonic() - max(inputs.last_rejection, worker.last_input_rejection)
         return diagnostics.node_diagnostics(
             self.get_fully_qualified_name(), status, worker, counters, rejections, skews,
             last_rejection_age_s=age, jitter_s=self._output_rate.jitter(),
-            call_ages_s=call_ages_s, tick_waits_s=tick_waits_s)
+            call_ages_s=call_ages_s, output_waits_s=output_waits_s)
 
     # Parameters ----------------------------------------------------------------------------
     def _on_set_parameters(self, parameters):

@@ -7,7 +7,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
 
 from pi0_ros.diagnostics import (CALL_AGE_P99_KEY, GC_FULL_PASSES_KEY, GcPauses, node_diagnostics,
-                                 RateMeter, TICK_WAIT_P99_KEY)
+                                 OUTPUT_WAIT_P99_KEY, RateMeter)
 from pi0_ros.worker import _new_counters, WorkerState
 
 
@@ -89,13 +89,13 @@ def test_the_chunks_waits_outside_the_call_are_reported_where_they_happen():
     # Observation ages at the call's start: the engine entry; waits for the output stage: the
     # output entry (what the fleet benchmark reads).
     array = node_status_array(WaitingWorker(0.0), call_ages_s=[0.010] * 99 + [0.090],
-                              tick_waits_s=[0.004] * 50 + [0.016] * 50)
+                              output_waits_s=[0.004] * 50 + [0.016] * 50)
     values = {s.name.rsplit(': ', 1)[1]: {kv.key: float(kv.value) for kv in s.values}
               for s in array.status}
     assert values['engine']['observation age at call p50 ms'] == pytest.approx(10.0)
     assert 10.0 < values['engine'][CALL_AGE_P99_KEY] < 90.0
-    assert values['output'][TICK_WAIT_P99_KEY] == pytest.approx(16.0)
+    assert values['output'][OUTPUT_WAIT_P99_KEY] == pytest.approx(16.0)
     assert 4.0 < values['output']['chunk wait for the output stage p50 ms'] < 16.0
     none = node_status_array(WaitingWorker(0.0))
     assert all(float(kv.value) == 0.0 for s in none.status for kv in s.values
-               if kv.key in (CALL_AGE_P99_KEY, TICK_WAIT_P99_KEY))
+               if kv.key in (CALL_AGE_P99_KEY, OUTPUT_WAIT_P99_KEY))

@@ -127,15 +127,15 @@ class ArmRecord:
     def on_diagnostics(self, entries):
         """Take the figures this benchmark reports from the arm's node's diagnostic entries."""
         from pi0_ros.diagnostics import (CALL_AGE_P99_KEY, GC_FULL_PASSES_KEY,
-                                         GC_PAUSE_MAX_MS_KEY, TICK_WAIT_P99_KEY)
+                                         GC_PAUSE_MAX_MS_KEY, OUTPUT_WAIT_P99_KEY)
         values = {kv.key: kv.value for entry in entries for kv in entry.values}
         now = time.monotonic()
         if GC_FULL_PASSES_KEY in values:
             self.gc_pauses.append((now, int(values[GC_FULL_PASSES_KEY]),
                                    float(values[GC_PAUSE_MAX_MS_KEY])))
-        if CALL_AGE_P99_KEY in values and TICK_WAIT_P99_KEY in values:
+        if CALL_AGE_P99_KEY in values and OUTPUT_WAIT_P99_KEY in values:
             self.wait_splits.append((now, float(values[CALL_AGE_P99_KEY]),
-                                     float(values[TICK_WAIT_P99_KEY])))
+                                     float(values[OUTPUT_WAIT_P99_KEY])))
 
     def summary(self, begin, end, control_rate):
         """Return this arm's figures over the window [begin, end] (monotonic seconds)."""
