@@ -1,23 +1,22 @@
-# The GPU steps prepared while no device was lent, from the repository root of main:
-#   bash benchmarks/pending_gpu_runs.sh STEP ...        (none: gpu_tests qkv_rope)
+# GPU steps, from the repository root of main:
+#   bash benchmarks/pending_gpu_runs.sh STEP ...        (none: h200_goal)
 # carry ['.whl', '.gpusoak', 'benchmarks/node_gap/wheels'] (bash scripts/make_gpu_bundle.sh; the
 # py-spy wheel for the fleet steps). A device call returns at most 8 files and runs at most
-# 600 s, so one call per line:
-#   call 1: gpu_tests qkv_rope    (2 files, ~6 min)
-#   call 2: tail_ab               (6 files, ~5 min)
-#   call 3: goal                  (8 files, ~6 min; an H200: issue 28's goal is stated there)
+# 600 s, so one call per step. Run on an H100 on 2026-12-07 (records fleet-goal-h100,
+# qkv-rope-h100): gpu_tests, qkv_rope, goal, gil. Still to run: h200_goal on an H200, the GPU
+# issue 28's goal names (none was lent then).
 # Steps:
 #   gpu_tests     the GPU tests of the turn's tail callback, the fused qkv + RoPE kernel, the
 #                 steady state and graph equality (test_engine_gpu.py)
 #   qkv_rope      the fused qkv + RoPE kernel's tiles against the skinny GEMM + rope_qkv
-#                 (tune_kernels --only qkv_rope), then the engine with it at batch 1 against
-#                 without, the best tile applied (engine_ab --tuned)
-#   tail_ab       8 arms in 2 fleet processes: gpu_turn_release denoise_tail against prefix, in
-#                 turns (FP8 prefix MLP layers 4-16, max_batch 4, blend)
-#   goal          issue 28's goal on an H200: 8 arms in 2 processes (publish_on_chunk on, off,
-#                 on with denoise_tail, on) and in 3 (on), 20 s each
+#                 (tune_kernels --only qkv_rope), then the engine with it (the default since
+#                 2026-12-07) at batch 1 and 2 against without (B), the best tile applied
+#   goal          8 arms in 2 processes (publish_on_chunk on, off, on with denoise_tail, on) and
+#                 in 3 (on), 20 s each (FP8 prefix MLP layers 4-16, max_batch 4, blend)
 #   gil           publish_on_chunk, GIL switch interval 0.05 ms against 0.2 ms: 3 processes
 #                 (4 runs in turns), then 2 (2 runs); 8 files, ~7 min
+#   h200_goal     issue 28's goal with config/fleet_8_arms.yaml's settings in 3 processes, 3 runs,
+#                 then bf16 (no FP8) once; 6 files, ~5 min
 export PYTHONUNBUFFERED=1
 SITE=/tmp/site
 FLEET_BASE=blend/prefix_fp8_layers:=4-16
@@ -33,7 +32,7 @@ fleet_profile() {  # OUT subfolder, processes, modes
         | grep -v -i warn | cut -c1-300
 }
 
-for step in ${*:-gpu_tests qkv_rope}; do
+for step in ${*:-h200_goal}; do
     echo "== $step"
     case $step in
     gpu_tests)
@@ -46,12 +45,9 @@ for step in ${*:-gpu_tests qkv_rope}; do
         (cd benchmarks && PYTHONPATH=$SITE:$PWD/.. timeout 150 python3 tune_kernels.py \
             --only qkv_rope --json "$OUT/qkv_rope_tuning.json" 2>&1 | grep "^qkv_rope\|best")
         (cd benchmarks && PYTHONPATH=$SITE:$PWD/.. timeout 240 python3 engine_ab.py \
-            --tuned "$OUT/qkv_rope_tuning.json" --b-config QKV_ROPE_MAX_ROWS=64 --batches 1,2 \
+            --tuned "$OUT/qkv_rope_tuning.json" --b-config QKV_ROPE_MAX_ROWS=0 --batches 1,2 \
             --frame-pool 8 --iters 200 --json "$OUT/ab_qkv_rope.json" 2>&1 \
             | grep "^batch\|^B against\|peak" | cut -c1-400) ;;
-    tail_ab)
-        fleet_profile tail 2 \
-            "$FLEET_BASE,$FLEET_BASE/gpu_turn_release:=denoise_tail,$FLEET_BASE,$FLEET_BASE/gpu_turn_release:=denoise_tail" ;;
     goal)
         # The chunk latency taken on reception by the middleware (fleet_bench since 2026-12-07),
         # with the node's split of the wait outside the call; denoise_tail once beside.
@@ -61,6 +57,10 @@ for step in ${*:-gpu_tests qkv_rope}; do
             "$ON_CHUNK,$FLEET_BASE,$ON_CHUNK/gpu_turn_release:=denoise_tail,$ON_CHUNK"
         fleet_profile goal_p3 3 "$ON_CHUNK"
         rm -f "$OUT/goal_p3/gpu.txt" ;;  # the device tool returns at most 8 files
+    h200_goal)
+        DURATION=${DURATION:-20}
+        ON_CHUNK=$FLEET_BASE/publish_on_chunk:=true
+        fleet_profile h200_goal 3 "$ON_CHUNK,$ON_CHUNK,$ON_CHUNK,blend/publish_on_chunk:=true" ;;
     gil)
         # The control thread waits for the GIL (py-spy, goal runs): the fleet's GIL switch
         # interval 0.05 ms against the default 0.2, with publish_on_chunk, 3 then 2 processes.
@@ -71,7 +71,7 @@ for step in ${*:-gpu_tests qkv_rope}; do
         fleet_profile gil_p2 2 "$SHORT,$ON_CHUNK"
         rm -f "$OUT"/gil_p*/gpu.txt ;;  # the device tool returns at most 8 files
     *)
-        echo "unknown step $step (gpu_tests, qkv_rope, tail_ab, goal, gil)"
+        echo "unknown step $step (gpu_tests, qkv_rope, goal, gil, h200_goal)"
         exit 2 ;;
     esac
 done
