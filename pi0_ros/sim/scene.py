@@ -29,8 +29,40 @@ JOINT_NAMES = ('shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wri
                'gripper')
 CAMERA_NAMES = ('front', 'side', 'wrist')
 
+
+
+@dataclass(frozen=True)
+class TableObject:
+    """One movable object on the table: body/geom name, words for instructions, shape, home."""
+
+    name: str
+    color: str
+    noun: str
+    geom: int  # mujoco.mjtGeom
+    size: tuple  # the geom's size parameters
+    half_height: float  # from its centre to its top when it rests on the table, m
+    home: tuple  # resting position (x, y, z) before any episode places it
+    rgba: tuple
+    mass: float
+
+
+OBJECTS = (
+    TableObject('red_cube', 'red', 'cube', mujoco.mjtGeom.mjGEOM_BOX, (0.015, 0.015, 0.015),
+                0.015, (0.25, 0.06, 0.015), (0.85, 0.15, 0.15, 1), 0.03),
+    TableObject('green_ball', 'green', 'ball', mujoco.mjtGeom.mjGEOM_SPHERE, (0.018, 0, 0),
+                0.018, (0.18, -0.02, 0.018), (0.2, 0.7, 0.25, 1), 0.02),
+    TableObject('blue_cylinder', 'blue', 'cylinder', mujoco.mjtGeom.mjGEOM_CYLINDER,
+                (0.015, 0.025, 0), 0.025, (0.28, -0.08, 0.025), (0.15, 0.35, 0.85, 1), 0.03),
+    TableObject('yellow_block', 'yellow', 'block', mujoco.mjtGeom.mjGEOM_BOX,
+                (0.03, 0.02, 0.01), 0.01, (0.33, 0.02, 0.01), (0.9, 0.8, 0.2, 1), 0.03),
+)
+# The point between the gripper's jaw tips (the SO-101 model's tool frame).
+TOOL_SITE = 'gripperframe'
+
 # Arm folded up above the table, gripper half open, looking at the objects.
 HOME_POSITION = (0.0, -1.2, 1.2, 0.9, 0.0, 0.6)
+# Where the tool point of HOME_POSITION is over the table (x, y), m (test_sim_tasks checks it).
+HOME_TOOL_XY = (0.202, 0.0)
 
 
 @dataclass(frozen=True)
@@ -93,14 +125,8 @@ def build_model(image_width: int = 640, image_height: int = 480) -> mujoco.MjMod
     table = world.add_body(name='table', pos=[0.25, 0, -table_half_height])
     table.add_geom(name='table', type=mujoco.mjtGeom.mjGEOM_BOX,
                    size=[0.40, 0.45, table_half_height], rgba=[0.55, 0.42, 0.30, 1])
-    _add_object(world, 'red_cube', mujoco.mjtGeom.mjGEOM_BOX, [0.015, 0.015, 0.015],
-                [0.25, 0.06, 0.015], [0.85, 0.15, 0.15, 1], mass=0.03)
-    _add_object(world, 'blue_cylinder', mujoco.mjtGeom.mjGEOM_CYLINDER, [0.015, 0.025, 0],
-                [0.28, -0.08, 0.025], [0.15, 0.35, 0.85, 1], mass=0.03)
-    _add_object(world, 'green_ball', mujoco.mjtGeom.mjGEOM_SPHERE, [0.018, 0, 0],
-                [0.18, -0.02, 0.018], [0.2, 0.7, 0.25, 1], mass=0.02)
-    _add_object(world, 'yellow_box', mujoco.mjtGeom.mjGEOM_BOX, [0.03, 0.02, 0.01],
-                [0.33, 0.02, 0.01], [0.9, 0.8, 0.2, 1], mass=0.03)
+    for spec_object in OBJECTS:
+        _add_object(world, spec_object)
 
     # The fixed cameras look at a point above the table in front of the arm.
     world.add_body(name='workspace', pos=[0.15, 0.0, 0.08])
@@ -115,11 +141,11 @@ def build_model(image_width: int = 640, image_height: int = 480) -> mujoco.MjMod
     return spec.compile()
 
 
-def _add_object(world, name, geom_type, size, pos, rgba, mass):
-    body = world.add_body(name=name, pos=pos)
-    body.add_freejoint(name=name)
-    body.add_geom(name=name, type=geom_type, size=size, rgba=rgba, mass=mass,
-                  friction=[1.0, 0.01, 0.001])
+def _add_object(world, table_object):
+    body = world.add_body(name=table_object.name, pos=table_object.home)
+    body.add_freejoint(name=table_object.name)
+    body.add_geom(name=table_object.name, type=table_object.geom, size=table_object.size,
+                  rgba=table_object.rgba, mass=table_object.mass, friction=[1.0, 0.01, 0.001])
 
 
 def _quat_look(along, up):
@@ -157,6 +183,10 @@ class SimScene:
             [self.model.joint(name).dofadr[0] for name in JOINT_NAMES], dtype=int)
         self._actuator_index = np.array(
             [self.model.actuator(name).id for name in JOINT_NAMES], dtype=int)
+        self._object_qpos_index = {
+            item.name: int(self.model.joint(item.name).qposadr[0]) for item in OBJECTS}
+        self._object_body = {item.name: int(self.model.body(item.name).id) for item in OBJECTS}
+        self._tool_site = int(self.model.site(TOOL_SITE).id)
         ctrl_range = self.model.actuator_ctrlrange[self._actuator_index]
         self.ctrl_lower = ctrl_range[:, 0].copy()
         self.ctrl_upper = ctrl_range[:, 1].copy()
@@ -173,9 +203,11 @@ class SimScene:
         """Return the physics step in seconds."""
         return float(self.model.opt.timestep)
 
-    def reset(self, position=HOME_POSITION) -> None:
+    def reset(self, position=HOME_POSITION, placements=None) -> None:
         """
-        Put objects back, the arm at `position` (at rest) with its targets there.
+        Put objects back (at `placements`, else home), the arm at `position` (at rest).
+
+        `placements` maps object names to (x, y, yaw) on the table; objects not named go home.
 
         Physics time goes on (mj_resetData would set it to 0): /clock and every stamp derived
         from it stay monotonic, as ROS time must.
@@ -185,8 +217,22 @@ class SimScene:
         self.data.time = elapsed
         position = np.asarray(position, dtype=float)
         self.data.qpos[self._qpos_index] = position
+        for item in OBJECTS:
+            if placements and item.name in placements:
+                x, y, yaw = placements[item.name]
+                address = self._object_qpos_index[item.name]
+                self.data.qpos[address:address + 7] = (
+                    x, y, item.half_height, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
         self.set_position_targets(position)
         mujoco.mj_forward(self.model, self.data)
+
+    def object_positions(self) -> dict:
+        """Return each object's centre (x, y, z) in metres, by name."""
+        return {name: self.data.xpos[body].copy() for name, body in self._object_body.items()}
+
+    def tool_position(self) -> np.ndarray:
+        """Return the point between the gripper's jaw tips (x, y, z) in metres."""
+        return self.data.site_xpos[self._tool_site].copy()
 
     def set_position_targets(self, position) -> np.ndarray:
         """Command the position actuators (clipped to their ranges); return what was set."""
