@@ -34,4 +34,4 @@ bench: env
 	@$(PY) -m pi0_ros.tools.bench --dims tiny --device cpu --out reports/bench
 
 clean:
-	rm -rf build reports pi0_ros/msg pi0_ros/*.so pi0_ros/_pi0_ros_s.ep.*
+	rm -rf build reports pi0_ros/msg pi0_ros/srv pi0_ros/*.so pi0_ros/_pi0_ros_s.ep.*

@@ -64,8 +64,8 @@ fi
 
 # 3. Interfaces: rosidl through cmake, installed into the venv prefix (ROS wheels' layout).
 site_packages="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-msg_digest="$(digest "$ROOT"/msg/*.msg "$ROOT/CMakeLists.txt" "$ROOT/package.xml" "$req_digest")"
-if ! up_to_date interfaces "$msg_digest" || [ ! -d "$ROOT/pi0_ros/msg" ]; then
+msg_digest="$(digest "$ROOT"/msg/*.msg "$ROOT"/srv/*.srv "$ROOT/CMakeLists.txt" "$ROOT/package.xml" "$req_digest")"
+if ! up_to_date interfaces "$msg_digest" || [ ! -d "$ROOT/pi0_ros/msg" ] || [ ! -d "$ROOT/pi0_ros/srv" ]; then
   log 'generating interfaces from msg/ (cmake + rosidl, about a minute)'
   # The wheels' exported *__rosidl_generator_py targets name the Python include directories of the
   # machine that built them; point them at this interpreter's.
@@ -90,8 +90,8 @@ if ! up_to_date interfaces "$msg_digest" || [ ! -d "$ROOT/pi0_ros/msg" ]; then
   # The generated Python (pi0_ros.msg and its typesupport extensions) joins the source package,
   # which the venv installs editable; the C libraries stay in $VENV/lib, on the wheels' library path.
   generated="$site_packages/pi0_ros"
-  rm -rf "$ROOT/pi0_ros/msg" "$ROOT"/pi0_ros/*.so "$ROOT"/pi0_ros/_pi0_ros_s.ep.*
-  cp -r "$generated/msg" "$generated"/*.so "$generated"/_pi0_ros_s.ep.* "$ROOT/pi0_ros/"
+  rm -rf "$ROOT/pi0_ros/msg" "$ROOT/pi0_ros/srv" "$ROOT"/pi0_ros/*.so "$ROOT"/pi0_ros/_pi0_ros_s.ep.*
+  cp -r "$generated/msg" "$generated/srv" "$generated"/*.so "$generated"/_pi0_ros_s.ep.* "$ROOT/pi0_ros/"
   rm -rf "$generated" "$site_packages"/pi0_ros-*.egg-info
   mark_done interfaces "$msg_digest"
 fi
@@ -104,6 +104,6 @@ if ! up_to_date package "$pkg_digest"; then
   mark_done package "$pkg_digest"
 fi
 
-"$PY" -c 'from pi0_ros.msg import ActionChunk, PolicyStatus' \
-  || { log 'pi0_ros.msg does not import'; exit 1; }
+"$PY" -c 'from pi0_ros.msg import ActionChunk, PolicyStatus; from pi0_ros.srv import ResetEpisode' \
+  || { log 'pi0_ros.msg / pi0_ros.srv do not import'; exit 1; }
 log "environment ready: $VENV"

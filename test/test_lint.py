@@ -11,14 +11,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ['pi0_ros', 'launch', 'test', 'scripts']
-GENERATED = ROOT / 'pi0_ros' / 'msg'
+GENERATED = (ROOT / 'pi0_ros' / 'msg', ROOT / 'pi0_ros' / 'srv')
 
 
 def python_sources():
     files = [ROOT / 'setup.py']
     for directory in SOURCE_DIRS:
         for path in sorted((ROOT / directory).rglob('*')):
-            if GENERATED in path.parents or '__pycache__' in path.parts:
+            if any(g in path.parents for g in GENERATED) or '__pycache__' in path.parts:
                 continue
             if path.suffix == '.py' or (path.parent.name == 'scripts' and path.is_file()
                                         and path.read_text(errors='ignore').startswith('#!')
@@ -38,7 +38,8 @@ def test_flake8():
 @pytest.mark.linter
 def test_pep257():
     from ament_pep257.main import main
-    rc = main(argv=[str(ROOT / d) for d in ('pi0_ros', 'launch')] + ['--exclude', str(GENERATED)])
+    rc = main(argv=[str(ROOT / d) for d in ('pi0_ros', 'launch')]
+              + ['--exclude', *map(str, GENERATED)])
     assert rc == 0, 'pep257 found problems (see output above)'
 
 

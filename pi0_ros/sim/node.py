@@ -3,11 +3,16 @@
 """
 `pi0_sim`: the SO-101 MuJoCo simulator as a ROS 2 node.
 
-Threads: a physics thread steps the model paced to the wall clock (times `real_time_factor`)
-and applies the trajectory follower; a render thread draws the cameras when the camera timer
-asks; timers publish joint_states; the trajectory subscription only validates and stores. All
-stamps and the follower's time are the node's ROS clock (sim time with use_sim_time; `/clock`
-is published from physics time when `publish_clock` is true).
+The touch task (pi0_ros/sim/tasks.py) runs in it: `~/reset_episode` resets to episode k of
+`episode_seed` (objects placed, the arm at home), `~/episode` tells how the episode stands (its
+instruction, target and outcome, judged by the simulator), and with `publish_instruction` the
+episode's instruction is published (latched) on `instruction`, as an operator would.
+
+Threads: a physics thread steps the model paced to the wall clock (times `real_time_factor`),
+applies the trajectory follower and judges the episode; a render thread draws the cameras when
+the camera timer asks; timers publish joint_states; the trajectory subscription only validates
+and stores. All stamps and the follower's time are the node's ROS clock (sim time with
+use_sim_time; `/clock` is published from physics time when `publish_clock` is true).
 """
 import os
 import threading
@@ -26,13 +31,18 @@ from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy  # 
 from rclpy.time import Time  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from pi0_ros.executors import freeze_loaded_objects, spin_until_shutdown  # noqa: E402
+from pi0_ros.msg import EpisodeState  # noqa: E402
+from pi0_ros.qos import LATCHED, REPORT_QOS  # noqa: E402
 from pi0_ros.sim.follower import (  # noqa: E402
     InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
 from pi0_ros.sim.scene import CAMERA_NAMES, HOME_POSITION, SimScene  # noqa: E402
+from pi0_ros.sim.tasks import EpisodeJudge, make_episode, Outcome, SUCCESS_DISTANCE  # noqa: E402
+from pi0_ros.srv import ResetEpisode  # noqa: E402
 
 _NS_PER_S = 1_000_000_000
 
@@ -55,7 +65,7 @@ class SimNode(Node):
         self._follower = TrajectoryFollower(
             self._scene.joint_names, HOME_POSITION,
             allow_nonzero_velocity_at_trajectory_end=self._allow_nonzero_end_velocity)
-        self._follower.hold(HOME_POSITION, self._now_seconds())
+        self._judge = None  # of the current episode (set by _start_episode)
         self._rejected_trajectories = 0
         self.frames_published = 0
         self.frames_skipped = 0
@@ -68,12 +78,23 @@ class SimNode(Node):
         self._clock_publisher = (
             self.create_publisher(Clock, '/clock', QoSProfile(depth=1)) if self._publish_clock
             else None)
+        self._episode_publisher = self.create_publisher(
+            EpisodeState, '~/episode', REPORT_QOS)
+        self._instruction_publisher = (
+            self.create_publisher(String, 'instruction', LATCHED)
+            if self._publish_instruction else None)
         trajectory_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointTrajectory, 'arm_controller/joint_trajectory',
                                  self.joint_trajectory_callback, trajectory_qos,
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(Trigger, '~/reset', self.reset_callback,
                             callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_service(ResetEpisode, '~/reset_episode', self.reset_episode_callback,
+                            callback_group=MutuallyExclusiveCallbackGroup())
+        self.create_timer(1.0 / self._episode_state_rate, self.episode_timer_callback,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        with self._lock:
+            self._start_episode(0)
         self.create_timer(1.0 / self._joint_state_rate, self.joint_state_timer_callback,
                           callback_group=MutuallyExclusiveCallbackGroup())
         self.create_timer(1.0 / self._camera_rate, self.camera_timer_callback,
@@ -116,6 +137,17 @@ class SimNode(Node):
             'Render shadows (about 6x slower frames on a CPU renderer).'))
         self.declare_parameter('allow_nonzero_velocity_at_trajectory_end', False, descriptor(
             'Accept trajectories whose last point has a non-zero velocity (as JTC).'))
+        self.declare_parameter('episode_seed', 0, descriptor(
+            'Base seed of the task episodes (episode k places the objects from [seed, k]).',
+            integer=IntegerRange(from_value=0, to_value=2**31 - 1)))
+        self.declare_parameter('episode_timeout', 15.0, descriptor(
+            'Seconds after which a running episode ends as a timeout (0 = never).',
+            floating=FloatingPointRange(from_value=0.0, to_value=3600.0)))
+        self.declare_parameter('episode_state_rate', 10.0, descriptor(
+            '~/episode messages per second (also one at each reset and outcome).',
+            floating=FloatingPointRange(from_value=0.1, to_value=100.0)))
+        self.declare_parameter('publish_instruction', False, descriptor(
+            "Publish each episode's instruction (latched) on instruction, as an operator."))
 
     def _validate_parameters(self):
         def value(name):
@@ -129,12 +161,20 @@ class SimNode(Node):
         self._publish_clock = bool(value('publish_clock'))
         self._shadows = bool(value('shadows'))
         self._allow_nonzero_end_velocity = bool(value('allow_nonzero_velocity_at_trajectory_end'))
+        self._episode_seed = int(value('episode_seed'))
+        self._episode_timeout = float(value('episode_timeout'))
+        self._episode_state_rate = float(value('episode_state_rate'))
+        self._publish_instruction = bool(value('publish_instruction'))
         checks = [
             ('camera_rate', self._camera_rate, 0.1 <= self._camera_rate <= 120.0),
             ('image_width', self._image_width, 16 <= self._image_width <= 4096),
             ('image_height', self._image_height, 16 <= self._image_height <= 4096),
             ('joint_state_rate', self._joint_state_rate, 100.0 <= self._joint_state_rate <= 1000),
             ('real_time_factor', self._real_time_factor, 0.01 <= self._real_time_factor <= 10.0),
+            ('episode_seed', self._episode_seed, 0 <= self._episode_seed < 2**31),
+            ('episode_timeout', self._episode_timeout, 0.0 <= self._episode_timeout <= 3600.0),
+            ('episode_state_rate', self._episode_state_rate,
+             0.1 <= self._episode_state_rate <= 100.0),
         ]
         for name, bad, ok in checks:
             if not ok:
@@ -170,13 +210,64 @@ class SimNode(Node):
                 throttle_duration_sec=2.0)
 
     def reset_callback(self, request, response):
-        """Return the arm to its home pose and the objects to their places."""
+        """Start the current episode again: the arm at home, its objects where it placed them."""
         with self._lock:
-            self._scene.reset(HOME_POSITION)
-            self._follower.hold(HOME_POSITION, self._now_seconds())
+            episode = self._start_episode(self._judge.episode.index)
+        self._announce(episode)
         response.success = True
-        response.message = 'arm at home pose'
+        response.message = f'arm at home pose, episode {episode.index} restarted'
         return response
+
+    def reset_episode_callback(self, request, response):
+        """Reset to episode `request.episode`: objects placed for it, the arm at home."""
+        with self._lock:
+            episode = self._start_episode(int(request.episode))
+        self._announce(episode)
+        response.success = True
+        response.message = f'episode {episode.index} of seed {episode.base_seed}'
+        response.instruction = episode.instruction
+        response.target = episode.target
+        return response
+
+    def _start_episode(self, index):
+        """Place episode `index` and restart its judge (called under the lock)."""
+        episode = make_episode(index, self._episode_seed)
+        self._scene.reset(HOME_POSITION, episode.placements)
+        now = self._judge_time()
+        self._follower.hold(HOME_POSITION, self._now_seconds())
+        self._judge = EpisodeJudge(episode, now, self._episode_timeout)
+        return episode
+
+    def _announce(self, episode):
+        """Publish a new episode's state, and its instruction where enabled."""
+        if self._instruction_publisher is not None:
+            self._publish_safely(self._instruction_publisher, String(data=episode.instruction))
+        self.episode_timer_callback()
+
+    def _judge_time(self):
+        """Return the time the episode judge runs on: physics time with sim time, else ROS."""
+        return self._scene.time if self._physics_clock else self._now_seconds()
+
+    def episode_timer_callback(self):
+        """Publish how the current episode stands."""
+        with self._lock:
+            judge = self._judge
+            elapsed = self._judge_time() - judge.start_time
+            target = self._scene.object_positions()[judge.episode.target]
+            msg = EpisodeState()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.episode = judge.episode.index
+            msg.seed = judge.episode.base_seed
+            msg.instruction = judge.episode.instruction
+            msg.target = judge.episode.target
+            msg.outcome = int(judge.outcome)
+            msg.elapsed = float(elapsed)
+            msg.outcome_time = -1.0 if judge.outcome_time is None else judge.outcome_time
+            msg.timeout = judge.timeout
+            msg.target_position = target.tolist()
+            msg.target_distance = float(judge.target_distance)
+            msg.success_distance = SUCCESS_DISTANCE
+        self._publish_safely(self._episode_publisher, msg)
 
     def joint_state_timer_callback(self):
         """Publish the six joint positions and velocities."""
@@ -224,7 +315,13 @@ class SimNode(Node):
                     position, _velocity = self._follower.sample(now)
                     self._scene.set_position_targets(position)
                     self._scene.step()
+                judge = self._judge
+                decided = judge.outcome != Outcome.RUNNING
+                judge.update(self._judge_time(), self._scene.tool_position(),
+                             self._scene.object_positions())
                 sim_time = self._scene.time
+            if not decided and judge.outcome != Outcome.RUNNING:
+                self.episode_timer_callback()  # the outcome at once, not at the next tick
             # /clock at the joint-state rate of sim time: every subscriber (this node's time
             # source included) handles each message in Python, so more costs real time.
             if (self._clock_publisher is not None

@@ -30,7 +30,6 @@ JOINT_NAMES = ('shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wri
 CAMERA_NAMES = ('front', 'side', 'wrist')
 
 
-
 @dataclass(frozen=True)
 class TableObject:
     """One movable object on the table: body/geom name, words for instructions, shape, home."""
