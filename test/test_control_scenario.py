@@ -138,7 +138,7 @@ def executed_accelerations(stamped, seed=0):
     (stamped) or when it arrives (stamp 0); the command sampled at 1 kHz. Returns the
     commanded accelerations (finite differences).
     """
-    from pi0_ros.sim.follower import TrajectoryCommand, TrajectoryFollower
+    from pi0_ros.control.follower import TrajectoryCommand, TrajectoryFollower
     rng = np.random.default_rng(seed)
     limits = JointLimits([-1.9], [1.9], [2.0], [10.0])
     planner = ChunkPlanner(PlannerConfig(), limits)

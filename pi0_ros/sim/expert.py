@@ -168,7 +168,7 @@ def plan_touch(ik: ToolIK, start_joints, object_centre, half_height: float) -> J
 
 def path_command(path: JointPath, stamp: float):
     """Return `path` as a follower TrajectoryCommand starting at `stamp` (s)."""
-    from pi0_ros.sim.follower import TrajectoryCommand
+    from pi0_ros.control.follower import TrajectoryCommand
     return TrajectoryCommand(
         joint_names=JOINT_NAMES, stamp=stamp, time_from_start=path.times.tolist(),
         positions=path.positions.tolist(), velocities=path.velocities.tolist(),

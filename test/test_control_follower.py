@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from pi0_ros.sim.follower import InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower
+from pi0_ros.control.follower import InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower
 
 NAMES = ('a', 'b')
 
