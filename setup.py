@@ -30,6 +30,8 @@ setup(
             'pi0-ros-sim = pi0_ros.sim.node:main',
             'pi0-ros-bench = pi0_ros.tools.bench:main',
             'pi0-ros-demo = pi0_ros.tools.demo:main',
+            'pi0-ros-recorder = pi0_ros.tools.record:main',
+            'pi0-ros-collect = pi0_ros.tools.collect:main',
         ],
     },
 )

@@ -118,8 +118,8 @@ class DatasetRecorder:
         """Return how many episodes the dataset holds."""
         return self._next_index
 
-    def start_episode(self, task):
-        """Start episode recording with `task`; return its index; raise RecordingError."""
+    def start_episode(self, task, now_ns):
+        """Start recording an episode of `task` at ROS time now_ns; return its index."""
         if not task:
             raise RecordingError('no task: give one, or publish an instruction first')
         self._check_disk()
@@ -130,6 +130,7 @@ class DatasetRecorder:
                 raise RecordingError(f'episode {self._episode.index} is being recorded; stop '
                                      'it first')
             self._episode = _Episode(self._next_index, task)
+            self._episode.last_offer_ns = now_ns  # it stalls if none comes from now on
             return self._episode.index
 
     def stop_episode(self, save=True, timeout=120.0):
@@ -208,16 +209,22 @@ class DatasetRecorder:
         episode.frames += 1
         self._queue.put(('frame', episode, frame))
 
-    def check(self, now_ns):
-        """Discard the running episode when its observations stopped or the disk fills up."""
+    def check(self, now_ns, stalled_inputs=()):
+        """
+        Discard the running episode when its observations stopped or the disk fills up.
+
+        `stalled_inputs` names the inputs that sent nothing lately, for the reason given.
+        """
         with self._lock:
             episode = self._episode
         if episode is None or episode.discarded:
             return
         if episode.last_offer_ns is not None and (
                 now_ns - episode.last_offer_ns) > self.max_stall_s * 1e9:
+            silent = ', '.join(stalled_inputs) or 'none; they did not synchronize'
             self.discard(f'no synchronized observation for '
-                         f'{(now_ns - episode.last_offer_ns) / 1e9:.2f} s')
+                         f'{(now_ns - episode.last_offer_ns) / 1e9:.2f} s (inputs silent: '
+                         f'{silent})')
             return
         try:
             self._check_disk(factor=0.5)
