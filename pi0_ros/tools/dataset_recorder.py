@@ -97,9 +97,9 @@ class DatasetRecorder:
         self._period_ns = round(1e9 / self.fps)
         self._lock = threading.Lock()
         self._episode = None
+        self._image_shape = None  # of every camera's frames (the first frame's, or resumed)
         self._dataset = self._resume() if (self.root / 'meta' / 'info.json').exists() else None
         self._next_index = self._dataset.meta.total_episodes if self._dataset else 0
-        self._image_shape = None
         self._queue = queue.Queue()
         self._failed = ''
         self._thread = threading.Thread(target=self._write_loop, name='pi0_recorder_writer',
@@ -261,8 +261,8 @@ class DatasetRecorder:
                                          f'{image.shape[0]} image; the dataset holds '
                                          f'{self._image_shape[1]}x{self._image_shape[0]}')
             self._dataset.add_frame(dict(frame, task=episode.task))
-        except (OSError, RecordingError, ValueError) as error:
-            self.discard(f'frame {episode.frames} not written: {error}')
+        except Exception as error:  # noqa: B902 - LeRobot's writer raises several types
+            self.discard(f'a frame was not written: {type(error).__name__}: {error}')
 
     def _end_episode(self, episode, save, result):
         if self._dataset is None:
