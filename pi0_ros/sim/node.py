@@ -244,6 +244,17 @@ class SimNode(Node):
             self._publish_safely(self._instruction_publisher, String(data=episode.instruction))
         self.episode_timer_callback()
 
+    def _stamp(self):
+        """
+        Return the stamp of the state simulated now (called under the lock).
+
+        With sim time, the physics time itself: the node's clock only hears /clock every few
+        steps, which would put frames and joint states up to a /clock period off their state.
+        """
+        if self._physics_clock:
+            return Time(nanoseconds=int(round(self._scene.time * _NS_PER_S))).to_msg()
+        return self.get_clock().now().to_msg()
+
     def _judge_time(self):
         """Return the time the episode judge runs on: physics time with sim time, else ROS."""
         return self._scene.time if self._physics_clock else self._now_seconds()
@@ -255,7 +266,7 @@ class SimNode(Node):
             elapsed = self._judge_time() - judge.start_time
             target = self._scene.object_positions()[judge.episode.target]
             msg = EpisodeState()
-            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.stamp = self._stamp()
             msg.episode = judge.episode.index
             msg.seed = judge.episode.base_seed
             msg.instruction = judge.episode.instruction
@@ -274,8 +285,9 @@ class SimNode(Node):
         with self._lock:
             position = self._scene.joint_positions()
             velocity = self._scene.joint_velocities()
+            stamp = self._stamp()
         msg = JointState()
-        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.stamp = stamp
         msg.name = list(self._scene.joint_names)
         msg.position = position.tolist()
         msg.velocity = velocity.tolist()
@@ -340,7 +352,7 @@ class SimNode(Node):
                 for name in CAMERA_NAMES:
                     with self._lock:
                         self._scene.prepare_render(name)
-                        stamp = self.get_clock().now().to_msg()
+                        stamp = self._stamp()
                     pixels = self._scene.render_prepared()
                     self._publish_safely(self._image_publishers[name],
                                          self._image_msg(pixels, stamp, name))

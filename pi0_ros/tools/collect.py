@@ -170,7 +170,12 @@ def run_episode(driver, ik, index, args):
     if state is None:
         raise RuntimeError(f'the simulator did not report episode {index}')
     time.sleep(SETTLE_S * wall)
+    deadline = time.monotonic() + 30.0
     started = driver.start(reset.instruction)
+    while not started.success and 'inputs silent' in started.message and (
+            time.monotonic() < deadline):  # its subscriptions are still being matched
+        time.sleep(0.5)
+        started = driver.start(reset.instruction)
     if not started.success:
         raise RuntimeError(f'the recorder did not start: {started.message}')
     now = driver.node.get_clock().now().nanoseconds * 1e-9

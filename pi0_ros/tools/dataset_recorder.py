@@ -95,6 +95,10 @@ class DatasetRecorder:
         self.min_free_bytes = int(min_free_bytes)
         self._image_writer_threads = image_writer_threads
         self._period_ns = round(1e9 / self.fps)
+        # Imported now, not at the first frame: the import holds the interpreter for seconds,
+        # which mid-episode would starve the node's callbacks.
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        self._dataset_class = LeRobotDataset
         self._lock = threading.Lock()
         self._episode = None
         self._image_shape = None  # of every camera's frames (the first frame's, or resumed)
@@ -280,18 +284,14 @@ class DatasetRecorder:
         self._dataset.clear_episode_buffer()
 
     def _create(self, frame):
-        from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
         self._image_shape = frame[IMAGE_FEATURE.format(self.camera_names[0])].shape
         features = dataset_features(self.camera_names, self._image_shape, self.joint_names,
                                     self.use_videos)
-        self._dataset = LeRobotDataset.create(
+        self._dataset = self._dataset_class.create(
             self.repo_id, self.fps, features, root=self.root, robot_type=self.robot_type,
             use_videos=self.use_videos, image_writer_threads=self._image_writer_threads)
 
     def _resume(self):
-        from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
         info = json.loads((self.root / 'meta' / 'info.json').read_text())
         features = info.get('features', {})
         expected = dataset_features(self.camera_names, (0, 0, 3), self.joint_names,
@@ -307,8 +307,8 @@ class DatasetRecorder:
             raise RecordingError(f"{self.root} holds a dataset at {info['fps']} fps, not "
                                  f'{self.fps}')
         self._image_shape = tuple(features[IMAGE_FEATURE.format(self.camera_names[0])]['shape'])
-        return LeRobotDataset.resume(self.repo_id, root=self.root,
-                                     image_writer_threads=self._image_writer_threads)
+        return self._dataset_class.resume(self.repo_id, root=self.root,
+                                          image_writer_threads=self._image_writer_threads)
 
     def _finalize(self):
         if self._dataset is not None:

@@ -250,6 +250,13 @@ class RecorderNode(Node):
     # Services -------------------------------------------------------------------------------
     def start_episode_callback(self, request, response):
         """Start an episode with the given task (empty: the latched instruction)."""
+        silent = self._stalled_inputs(self._now())
+        if silent:
+            response.success = False
+            response.message = f'inputs silent: {", ".join(silent)} (nothing to record)'
+            self.get_logger().error(f'episode not started: {response.message}',
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return response
         with self._lock:
             task = request.task.strip() or (self._inputs.instruction or '')
             if task and self._inputs.instruction is None:
