@@ -35,11 +35,11 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
+from pi0_ros.control.follower import (  # noqa: E402
+    InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
 from pi0_ros.executors import freeze_loaded_objects, spin_until_shutdown  # noqa: E402
 from pi0_ros.msg import EpisodeState  # noqa: E402
 from pi0_ros.qos import LATCHED, REPORT_QOS  # noqa: E402
-from pi0_ros.control.follower import (  # noqa: E402
-    InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
 from pi0_ros.sim.scene import CAMERA_NAMES, HOME_POSITION, SimScene  # noqa: E402
 from pi0_ros.sim.tasks import EpisodeJudge, make_episode, Outcome, SUCCESS_DISTANCE  # noqa: E402
 from pi0_ros.srv import ResetEpisode  # noqa: E402
