@@ -65,7 +65,8 @@ def test_package_xml_is_well_formed_format_3():
 # Python modules whose rosdep key is not the module's name.
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'cv2': 'python3-opencv', 'yaml': 'python3-yaml',
                'matplotlib': 'python3-matplotlib', 'psutil': 'python3-psutil',
-               'pytest': 'python3-pytest', 'catkin_pkg': 'python3-catkin-pkg'}
+               'pytest': 'python3-pytest', 'catkin_pkg': 'python3-catkin-pkg',
+               'tqdm': 'python3-tqdm'}
 # No rosdep keys (`rosdep install` would stop at them): pip requirements, named in package.xml.
 PIP_ONLY = {'torch', 'triton', 'lerobot', 'transformers', 'safetensors', 'tokenizers', 'pynvml',
             'mujoco', 'ament_flake8', 'ament_pep257'}
