@@ -11,11 +11,14 @@ DURATION ?= 30
 CHECKPOINT ?=
 DEVICE ?= auto
 OUTPUT ?= reports/demo
+# Demonstrations (make collect): EPISODES expert episodes of the touch task into DATASET.
+EPISODES ?= 200
+DATASET ?= datasets/so101_touch
 # Everything this package starts discovers peers on this host only.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export MUJOCO_GL ?= egl
 
-.PHONY: env demo test lint bench clean
+.PHONY: env demo test lint bench collect clean
 
 env:
 	@bash scripts/setup_env.sh
@@ -29,6 +32,9 @@ test: env
 
 lint: env
 	@$(PY) -m pytest -ra -m linter
+
+collect: env
+	@$(PY) -m pi0_ros.tools.collect --episodes $(EPISODES) --output $(DATASET)
 
 bench: env
 	@$(PY) -m pi0_ros.tools.bench --dims tiny --device cpu --out reports/bench
