@@ -84,6 +84,24 @@ def test_episodes_on_the_frame_grid_load_with_lerobot(recorder, tmp_path):
     stats = dataset.meta.stats
     assert stats['observation.state']['max'].tolist() == [11, 0]
     assert stats['action']['min'].tolist() == [0.5, 0]
+    # LeRobot's visualizer loads it through a DataLoader; training reads action chunks.
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.scripts.lerobot_dataset_viz import check_chw_float32, get_feature_names
+
+    assert get_feature_names(dataset, 'action') == list(JOINTS)
+    batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=32)))
+    assert batch['action'].shape == (20, 2)
+    for frame in batch['observation.images.wrist']:
+        check_chw_float32(frame)
+    chunks = LeRobotDataset('test/recorder', root=tmp_path / 'ds',
+                            delta_timestamps={'action': [k / FPS for k in range(10)]})
+    item = chunks[3]
+    assert item['action'].shape == (10, 2)
+    # Rows 3-11 of the episode, then its last action again (padded: the episode ends).
+    np.testing.assert_array_equal(item['action'][:, 0].numpy(),
+                                  np.array(expected[3:] + [expected[-1]]) + 0.5)
+    assert item['action_is_pad'].tolist() == [False] * 9 + [True]
     # A second recorder on the same directory appends.
     again = recorder()
     assert again.saved_episodes == 2
