@@ -266,6 +266,8 @@ def main(argv=None):
         rclpy.try_shutdown()
     report = summarize(args, output, episodes, elapsed, failure, exit_codes)
     report_path.write_text(json.dumps(report, indent=1) + '\n')
+    if episodes:
+        plot(report, report_path.with_suffix('.png'))
     print(f"pi0_ros collect: {report['episodes']} episodes in {elapsed / 60:.1f} min "
           f"({report['episodes_per_minute']:.2f}/min), expert success "
           f"{report['expert_success_rate']:.3f}, {report['saved_episodes']} saved into {output} "
@@ -291,6 +293,33 @@ def summarize(args, output, episodes, elapsed, failure, exit_codes):
         'first_episode': args.first_episode, 'cpu_count': os.cpu_count(),
         'failure': failure, 'exit_codes': exit_codes, 'per_episode': episodes,
     }
+
+
+def plot(report, path):
+    """Write the report's figure: the outcome and its time per episode, and their spread."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    per_episode = report['per_episode']
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for outcome, colour in (('success', 'tab:green'), ('wrong_object', 'tab:red'),
+                            ('timeout', 'tab:orange')):
+        chosen = [e for e in per_episode if e['outcome'] == outcome]
+        left.scatter([e['episode'] for e in chosen], [e['time_s'] for e in chosen], s=8,
+                     color=colour, label=f'{outcome} ({len(chosen)})')
+    left.set_xlabel('episode')
+    left.set_ylabel('simulated seconds to the outcome')
+    left.set_title(f"expert: {report['successes']}/{report['episodes']} successes")
+    left.legend()
+    right.hist([e['time_s'] for e in per_episode if e['outcome'] == 'success'], bins=20)
+    right.set_xlabel('simulated seconds to success')
+    right.set_ylabel('episodes')
+    right.set_title(f"{report['episodes_per_minute']:.2f} episodes/min (wall clock) on "
+                    f"{report['cpu_count']} cores")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 if __name__ == '__main__':
