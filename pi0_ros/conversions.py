@@ -306,3 +306,14 @@ def build_joint_trajectory(joint_names, plan_points, stamped=True):
                                                       nanosec=ns % 1_000_000_000))
         for q, v, ns in zip(plan_points.positions, plan_points.velocities, nanoseconds)]
     return msg
+
+
+def trajectory_command(msg):
+    """Return a JointTrajectory message as plain data (a follower's TrajectoryCommand)."""
+    from pi0_ros.control.follower import TrajectoryCommand
+    return TrajectoryCommand(
+        joint_names=list(msg.joint_names), stamp=stamp_to_seconds(msg.header.stamp),
+        time_from_start=[stamp_to_seconds(p.time_from_start) for p in msg.points],
+        positions=[list(p.positions) for p in msg.points],
+        velocities=[list(p.velocities) for p in msg.points],
+        accelerations=[list(p.accelerations) for p in msg.points])

@@ -35,8 +35,8 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from pi0_ros.control.follower import (  # noqa: E402
-    InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower)
+from pi0_ros.control.follower import InvalidTrajectoryError, TrajectoryFollower  # noqa: E402
+from pi0_ros.conversions import trajectory_command  # noqa: E402
 from pi0_ros.executors import freeze_loaded_objects, spin_until_shutdown  # noqa: E402
 from pi0_ros.msg import EpisodeState  # noqa: E402
 from pi0_ros.qos import LATCHED, REPORT_QOS  # noqa: E402
@@ -45,10 +45,6 @@ from pi0_ros.sim.tasks import EpisodeJudge, make_episode, Outcome, SUCCESS_DISTA
 from pi0_ros.srv import ResetEpisode  # noqa: E402
 
 _NS_PER_S = 1_000_000_000
-
-
-def _seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 class SimNode(Node):
@@ -195,12 +191,7 @@ class SimNode(Node):
     def joint_trajectory_callback(self, msg: JointTrajectory):
         """Validate and hand a trajectory to the follower; log rejections (throttled)."""
         try:
-            command = TrajectoryCommand(
-                joint_names=list(msg.joint_names), stamp=_seconds(msg.header.stamp),
-                time_from_start=[_seconds(p.time_from_start) for p in msg.points],
-                positions=[list(p.positions) for p in msg.points],
-                velocities=[list(p.velocities) for p in msg.points],
-                accelerations=[list(p.accelerations) for p in msg.points])
+            command = trajectory_command(msg)
             with self._lock:
                 self._follower.set_trajectory(command, self._now_seconds())
         except InvalidTrajectoryError as error:

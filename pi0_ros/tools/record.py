@@ -33,8 +33,8 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory
 
-from pi0_ros.control.follower import InvalidTrajectoryError, TrajectoryCommand, TrajectoryFollower
-from pi0_ros.conversions import InputRejected, JointStateMapper, stamp_to_seconds
+from pi0_ros.control.follower import InvalidTrajectoryError, TrajectoryFollower
+from pi0_ros.conversions import InputRejected, JointStateMapper, trajectory_command
 from pi0_ros.executors import spin_until_shutdown
 from pi0_ros.inputs import LOG_THROTTLE_S, NodeInputs
 from pi0_ros.parameters import descriptor, ParameterError, settings_from_values, Spec, SPECS
@@ -196,12 +196,7 @@ class RecorderNode(Node):
     def trajectory_callback(self, msg):
         """Keep a commanded trajectory (validated as joint_trajectory_controller would)."""
         try:
-            command = TrajectoryCommand(
-                joint_names=list(msg.joint_names), stamp=stamp_to_seconds(msg.header.stamp),
-                time_from_start=[stamp_to_seconds(p.time_from_start) for p in msg.points],
-                positions=[list(p.positions) for p in msg.points],
-                velocities=[list(p.velocities) for p in msg.points],
-                accelerations=[list(p.accelerations) for p in msg.points])
+            command = trajectory_command(msg)
             with self._lock:
                 if not self._commands.started:
                     latest = self._inputs.joint_buffer.latest()
