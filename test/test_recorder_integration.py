@@ -56,9 +56,9 @@ class Robot:
     def now(self):
         return self.ros.node.get_clock().now().nanoseconds * 1e-9
 
-    def publish(self, i, cameras=CAMERAS):
+    def publish(self, i, cameras=CAMERAS, stamp=None):
         """Publish observation i now: the joint state first (names reversed), then the frames."""
-        stamp = seconds_to_stamp(self.now())
+        stamp = stamp or seconds_to_stamp(self.now())
         self.joints.publish(JointState(header=rgb_to_image(rgb_for(0, 'front'), stamp,
                                                            '').header,
                                        name=list(reversed(SO101_JOINTS)),
@@ -175,3 +175,53 @@ def test_recorded_frames_are_the_published_observations(start_process, ros_node,
     assert sent[previous] == episode_one[-1][1]
     actions = dataset.hf_dataset['action']
     assert not np.allclose(actions[0], actions[-1])  # the commanded motion is in it
+
+
+def test_leader_arm_actions_are_its_joint_states(start_process, ros_node, tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = tmp_path / 'teleop'
+    recorder = start_process('pi0_ros.tools.record', name='pi0_recorder', parameters={
+        'output': str(root), 'fps': FPS, 'action_source': 'leader', 'repo_id': 'test/teleop'})
+    robot = Robot(ros_node)
+    leader = ros_node.node.create_publisher(JointState, 'leader/joint_states',
+                                            qos_profile_sensor_data)
+    leader_positions = {}
+
+    def publish_with_leader(i, cameras=CAMERAS):
+        # The leader's state at the frames' stamp goes out before them (as the joint state).
+        stamp = seconds_to_stamp(robot.now())
+        leader_positions[stamp_to_nanoseconds(stamp)] = GOAL + 0.01 * i  # the operator moves
+        leader.publish(JointState(
+            header=rgb_to_image(rgb_for(0, 'front'), stamp, '').header,
+            name=list(reversed(SO101_JOINTS)),
+            position=list(reversed(leader_positions[stamp_to_nanoseconds(stamp)].tolist()))))
+        Robot.publish(robot, i, cameras, stamp)
+
+    robot.publish = publish_with_leader
+    assert ros_node.spin_until(
+        lambda: all(p.get_subscription_count() for p in robot.images.values())
+        and leader.get_subscription_count(), STARTUP_TIMEOUT, recorder), \
+        recorder.output()[-3000:]
+    robot.stream(0, 10)
+    assert call(ros_node, recorder, StartEpisode, 'pi0_recorder/start_episode',
+                StartEpisode.Request(task='teleoperated')).success
+    robot.stream(10, 20)
+    stopped = call(ros_node, recorder, SetBool, 'pi0_recorder/stop_episode',
+                   SetBool.Request(data=True))
+    assert stopped.success, stopped.message
+    recorder.send_signal(signal.SIGINT)
+    assert recorder.wait(timeout=60.0) == 0, recorder.output()[-3000:]
+
+    dataset = LeRobotDataset('test/teleop', root=root)
+    assert dataset.num_episodes == 1 and dataset.num_frames >= 10
+    stamps = sorted(leader_positions)
+    for row in range(dataset.num_frames):
+        item = dataset[row]
+        # The leader's state at the frame's stamp; where it had not been taken yet when the
+        # frames synchronized (two topics, no order between them), the one before, held.
+        at = stamps.index(int(item['stamp_ns']))
+        action = item['action'].numpy()
+        assert any(np.allclose(action, leader_positions[stamps[k]], rtol=1e-6)
+                   for k in (at, at - 1)), (action, leader_positions[stamps[at]])
+        np.testing.assert_allclose(item['observation.state'].numpy(), HELD, rtol=1e-6)

@@ -138,9 +138,11 @@ class RecorderNode(Node):
         self._entities = []
         self._inputs.configure(self._settings, self._settings.max_velocity, self._entities)
         self._commands = CommandHistory(self._settings.joint_names)
-        self._leader = JointStateBuffer(capacity=400,
-                                        max_gap=self._settings.joint_state_max_gap,
-                                        max_extrapolation=0.0)
+        # The leader's joint states are read as the follower's: interpolated at the frame's
+        # stamp, held up to joint_state_max_extrapolation past the newest one.
+        self._leader = JointStateBuffer(
+            capacity=400, max_gap=self._settings.joint_state_max_gap,
+            max_extrapolation=self._settings.joint_state_max_extrapolation)
         self._leader_mapper = JointStateMapper(self._settings.joint_names)
         group = MutuallyExclusiveCallbackGroup()
         if self._action_source == 'commanded':
