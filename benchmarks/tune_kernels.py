@@ -10,9 +10,7 @@ the prefix (6528 rows, 816 keys) at batch 1 and 8. GELU * up GEMM (many rows, TM
 the prefix MLP's gate/up at batch 1-16 against cuBLAS + the GELU * up kernel. Only with
 --only qkv_rope: the expert's qkv projection and RoPE in one kernel (gemm.qkv_rope) at 51 and 102
 rows against the skinny GEMM + rope_qkv it would replace (its best tile at 51 rows, where faster,
-goes to the JSON's best as QKV_ROPE_CONFIG: engine_ab.py --tuned takes it). Only with --only
-norm_prologue: the qkv + RoPE and gate/up projections that RMS-normalize the float32 stream
-rows themselves, against add_rms_norm + the projection, at 51 rows (timings only). Every candidate
+goes to the JSON's best as QKV_ROPE_CONFIG: engine_ab.py --tuned takes it). Every candidate
 is checked against a float32 reference, then timed as a CUDA graph of repeated calls over as
 many weight copies as it takes to miss the L2 cache (as the 18 layers do). Writes JSON (all
 timings and the best configurations, in kernel_configs' format); with --apply-best, sets them
@@ -187,73 +185,6 @@ def tune_qkv_rope(rows: int, dtype=torch.bfloat16, heads: int = 8, head_dim: int
     return result
 
 
-def tune_norm_prologue(name: str, rows: int = 51, dtype=torch.bfloat16, heads: int = 8,
-                       head_dim: int = 256, eps: float = 1e-6) -> dict:
-    """
-    Time a projection that RMS-normalizes the stream rows itself against norm + projection.
-
-    gemm.norm_linear / gemm.qkv_rope with norm_eps, over a few tiles; name: 'qkv' (the fused
-    qkv + RoPE kernel) or 'gate_up' (the skinny GEMM with GELU * up); the unfused pair runs
-    with the committed tiles (QKV_ROPE_CONFIG, SKINNY_LINEAR).
-    """
-    n_out, depth, gelu_mul = EXPERT[name]
-    n_weight = 2 * n_out if gelu_mul else n_out
-    copies = max(2, -(-L2_BYTES // (n_weight * depth * 2)))
-    weights = [torch.randn(n_weight, depth, dtype=dtype, device='cuda') * 0.03
-               for _ in range(copies)]
-    stream = torch.randn(rows, depth, device='cuda') * 3
-    normed = torch.empty(rows, depth, dtype=dtype, device='cuda')
-    angle = torch.rand(rows, head_dim // 2, device='cuda') * 6
-    cos, sin = angle.cos(), angle.sin()
-    q = torch.empty(rows, heads * head_dim, dtype=dtype, device='cuda')
-    cache = torch.empty(2, 1, rows, head_dim, dtype=dtype, device='cuda')
-    kernel_configs.QKV_ROPE_MAX_ROWS = max(rows, kernel_configs.QKV_ROPE_MAX_ROWS)
-    kernel_configs.NORM_PROLOGUE_MAX_ROWS = max(rows, kernel_configs.NORM_PROLOGUE_MAX_ROWS)
-
-    def project(weight, x, config=None, norm_eps=None):
-        if name == 'qkv':
-            assert gemm.qkv_rope(x, weight, cos, sin, q, cache[0], cache[1], heads, head_dim,
-                                 config, norm_eps)
-            return torch.cat([q.float(), cache[0, 0].float(), cache[1, 0].float()], dim=1)
-        config = config or gemm.config_for(rows, weight, gelu_mul)
-        return gemm.skinny_linear(x, weight, gelu_mul=gelu_mul, config=config,
-                                  norm_eps=norm_eps)
-
-    def unfused(weight):
-        def run():
-            kernels.add_rms_norm(stream, None, normed, eps)
-            return project(weight, normed)
-        return run
-    result = {'name': f'norm_{name}', 'rows': rows,
-              'unfused_us': time_graph([unfused(w) for w in weights]), 'configs': []}
-    expected = unfused(weights[0])().float()
-    scale = expected.abs().max().item()
-    block_ns = (16, 32) if name == 'qkv' else (32, 64)
-    for block_n, block_k, stages in itertools.product(block_ns, (64, 128), (3, 4)):
-        config = gemm.SkinnyConfig(64, block_n, block_k, 1, 4, stages)
-        try:
-            error = (project(weights[0], stream, config, eps).float() - expected).abs().max()
-            micros = time_graph([lambda w=w: project(w, stream, config, eps) for w in weights])
-        except Exception as failure:  # noqa: B902 - e.g. out of shared memory: skip it
-            print(f'  norm {name} {rows} {config}: failed ({type(failure).__name__})')
-            continue
-        result['configs'].append({'config': vars(config), 'us': micros,
-                                  'rel_error': error.item() / scale})
-    valid = [c for c in result['configs'] if c['rel_error'] < 2e-2]
-    result['best'] = min(valid, key=lambda c: c['us']) if valid else None
-    committed = gemm.SkinnyConfig(**kernel_configs.QKV_ROPE_CONFIG) if name == 'qkv' else \
-        gemm.config_for(rows, weights[0], gelu_mul)
-    result['committed_tile'] = next((c for c in result['configs']
-                                     if c['config'] == vars(committed)), None)
-    best = result['best']
-    print(f'norm {name:7s} rows {rows:3d}: add_rms_norm + projection {result["unfused_us"]:6.2f}'
-          f' us, fused with the committed tile '
-          f'{result["committed_tile"]["us"] if result["committed_tile"] else float("nan"):6.2f}'
-          f' us, best fused {best["us"] if best else float("nan"):6.2f} us '
-          f'{best["config"] if best else ""}', flush=True)
-    return result
-
-
 def gelu_mul_gemm_candidates():
     """Tiles of the GELU * up GEMM whose pipeline stages fit in shared memory."""
     for block_m, block_n, block_k, warps, stages in itertools.product(
@@ -424,8 +355,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument('--json', default='kernel_tuning.json', help='where the table goes')
     parser.add_argument('--apply-best', action='store_true')
-    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention', 'qkv_rope',
-                                           'norm_prologue'),
+    parser.add_argument('--only', choices=('gemm', 'gelu_mul_gemm', 'attention', 'qkv_rope'),
                         default=None,
                         help='tune one family (the others keep their committed configurations)')
     parser.add_argument('--suffix-batches', default=None,
@@ -454,15 +384,12 @@ def main(argv=None):
                          if wanted('attention') else [])
     qkv_rope_results = ([tune_qkv_rope(rows) for rows in (51, 102)]
                         if args.only == 'qkv_rope' else [])
-    norm_results = ([tune_norm_prologue(name) for name in ('qkv', 'gate_up')]
-                    if args.only == 'norm_prologue' else [])
     configs = best_configs(gemm_results, attention_results, gelu_mul_results, qkv_rope_results)
     print('best configurations:', configs)
     with open(args.json, 'w') as stream:
         json.dump({'device': torch.cuda.get_device_name(), 'seconds': time.time() - started,
                    'gemm': gemm_results, 'attention': attention_results,
                    'gelu_mul_gemm': gelu_mul_results, 'qkv_rope': qkv_rope_results,
-                   'norm_prologue': norm_results,
                    'best': json_best(configs)}, stream, indent=1)
     if args.apply_best:
         apply(configs)

@@ -206,42 +206,6 @@ def test_fused_qkv_rope_gives_the_chunk_of_the_gemm_and_rope_kernels(monkeypatch
     np.testing.assert_allclose(results[64], results[0], rtol=2e-2, atol=2e-2)
 
 
-def test_norm_prologue_gives_the_chunk_of_the_norm_kernels(monkeypatch):
-    """The expert's qkv + RoPE and gate/up normalizing the stream themselves: the same chunk."""
-    from pi0_ros.engine import gemm
-    frames, state, noise = observation(15)
-    fused, qkv_rope, norm_linear = [], gemm.qkv_rope, gemm.norm_linear
-
-    def counted_norm_linear(*args, **kwargs):
-        hidden = norm_linear(*args, **kwargs)
-        fused.append(('gate_up', hidden is not None))
-        return hidden
-
-    def counted_qkv_rope(*args):
-        ran = qkv_rope(*args)
-        fused.append(('qkv', ran and len(args) > 9))  # norm_eps given: the stream's rows
-        return ran
-    monkeypatch.setattr(gemm, 'qkv_rope', counted_qkv_rope)
-    monkeypatch.setattr(gemm, 'norm_linear', counted_norm_linear)
-    # o and down split K (into the stream with atomics): nothing pending before the next one.
-    monkeypatch.setitem(kernel_configs.SKINNY_LINEAR, (64, 64, False), [
-        (512, {'block_m': 64, 'block_n': 32, 'block_k': 32, 'split_k': 2, 'num_warps': 4,
-         'num_stages': 3})])
-    results = {}
-    for max_rows in (0, 64):  # 0: the add + RMSNorm kernels before both projections
-        monkeypatch.setattr(kernel_configs, 'NORM_PROLOGUE_MAX_ROWS', max_rows)
-        fused.clear()
-        # As the fused qkv + RoPE test: heads of 32 dims, an expert 64 wide.
-        engine = Pi0Engine.random(dataclasses.replace(DIMS, head_dim=32, expert_width=64),
-                                  state_dim=7, action_dim=7, num_cameras=3, seed=2,
-                                  options=EngineOptions(device='cuda', precision='bf16'))
-        engine.warmup()  # graphs captured with this setting
-        results[max_rows] = engine.infer(frames, state, 'grasp', noise=noise).actions
-        assert {kind for kind, normalized in fused if normalized} == (
-            {'qkv', 'gate_up'} if max_rows else set()), fused
-    np.testing.assert_allclose(results[64], results[0], rtol=2e-2, atol=2e-2)
-
-
 def test_pipelined_upload_equals_one_upload():
     """Frames copied while the encoder runs on earlier ones give the same actions."""
     engines = {flag: make_engine(precision='fp32', max_batch=4, pipelined_upload=flag,

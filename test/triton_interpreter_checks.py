@@ -187,51 +187,6 @@ def check_qkv_rope():
         close(actual, wanted, 2e-2, f'qkv_rope {name}')
 
 
-def check_norm_prologue():
-    """Check the projections that RMS-normalize the float32 stream rows they read."""
-    torch.manual_seed(6)
-    heads, head_dim, batch, seq, width, eps = 2, 32, 2, 5, 64, 1e-6
-    rows = batch * seq
-    stream = torch.randn(rows, width) * 3
-    normed = torch.empty(rows, width, dtype=torch.float16)
-    kernels.INTERPRET_ON_CPU = False  # the PyTorch norm as the reference
-    kernels.add_rms_norm(stream, None, normed, eps)
-    reference = normed.float()
-    kernels.INTERPRET_ON_CPU = True
-    gate_up = (torch.randn(192, width) * 0.2).half()
-    config = gemm.SkinnyConfig(block_m=16, block_n=32, block_k=32, split_k=1)
-    product = reference @ gate_up.float().T
-    expected = F.gelu(product[:, :96], approximate='tanh') * product[:, 96:]
-    hidden = gemm.skinny_linear(stream, gate_up, gelu_mul=True, config=config, norm_eps=eps)
-    assert hidden.dtype == torch.float16 and hidden.shape == (rows, 96)
-    close(hidden, expected, 2e-3 * expected.abs().max().item(), 'norm_linear gelu_mul')
-    kernel_configs.NORM_PROLOGUE_MAX_ROWS = 0
-    assert gemm.norm_linear(stream, gate_up, eps, gelu_mul=True) is None
-    kernel_configs.NORM_PROLOGUE_MAX_ROWS = 64
-    assert gemm.norm_linear(stream, gate_up, eps, gelu_mul=True) is not None
-    assert gemm.norm_linear(stream.half(), gate_up, eps, gelu_mul=True) is None  # not the stream
-    weight = (torch.randn((heads + 2) * head_dim, width) * 0.2).half()
-    angle = torch.rand(rows, head_dim // 2) * 6
-    cos, sin = angle.cos(), angle.sin()
-
-    def outputs(dtype):
-        return (torch.empty(rows, heads * head_dim, dtype=dtype),
-                torch.empty(batch, seq + 3, head_dim, dtype=dtype)[:, 2:2 + seq],
-                torch.empty(batch, seq + 3, head_dim, dtype=dtype)[:, 1:1 + seq])
-    kernel_configs.QKV_ROPE_CONFIG = dict(kernel_configs.QKV_ROPE_CONFIG, block_m=16, block_k=32)
-    kernel_configs.QKV_ROPE_MAX_ROWS = 64
-    fused = outputs(torch.float16)
-    assert gemm.qkv_rope(stream, weight, cos, sin, *fused, heads, head_dim, None, eps)
-    kernel_configs.NORM_PROLOGUE_MAX_ROWS = 0
-    assert not gemm.qkv_rope(stream, weight, cos, sin, *outputs(torch.float16), heads,
-                             head_dim, None, eps)
-    kernels.INTERPRET_ON_CPU = False
-    expected = outputs(torch.float32)
-    kernels.rope_qkv(reference @ weight.float().T, cos, sin, *expected, heads, head_dim)
-    for actual, wanted, name in zip(fused, expected, 'qkv'):
-        close(actual, wanted, 2e-2, f'qkv_rope with the norm {name}')
-
-
 def check_attention():
     torch.manual_seed(2)
     for dtype, tolerance in ((torch.float16, 3e-3),):
@@ -422,25 +377,13 @@ def check_engine_with_qkv_rope_matches_pytorch_path():
     dims = dataclasses.replace(ModelDims.tiny(), num_steps=2, image_size=112, head_dim=32)
     kernel_configs.QKV_ROPE_MAX_ROWS = 128  # the denoiser's 102 rows, not the prefix's
     kernel_configs.QKV_ROPE_CONFIG = dict(kernel_configs.QKV_ROPE_CONFIG, block_k=32)
-    calls, norm_calls = [], []
-    fused, norm_linear = gemm.qkv_rope, gemm.norm_linear
-    gemm.qkv_rope = lambda *args: calls.append((fused(*args), len(args) > 9)) or calls[-1][0]
-    gemm.norm_linear = lambda *args, **kwargs: norm_calls.append(
-        norm_linear(*args, **kwargs)) or norm_calls[-1]
-    # The expert's o and down split K (into the stream with atomics), so that nothing is
-    # pending before the next projection.
-    kernel_configs.SKINNY_LINEAR = {**kernel_configs.SKINNY_LINEAR, (32, 64, False): [
-        (128, {'block_m': 64, 'block_n': 32, 'block_k': 32, 'split_k': 2, 'num_warps': 4,
-         'num_stages': 2})]}
-    for norm_rows in (0, 128):  # the denoiser's norms as kernels, then in its projections
-        kernel_configs.NORM_PROLOGUE_MAX_ROWS = norm_rows
-        calls.clear()
-        norm_calls.clear()
-        triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
-        assert (True, norm_rows > 0) in calls and (False, False) in calls, calls
-        assert (norm_rows > 0) == any(call is not None for call in norm_calls), norm_calls
-        cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
-        assert cosine > 0.999, (norm_rows, cosine)
+    calls = []
+    fused = gemm.qkv_rope
+    gemm.qkv_rope = lambda *args: calls.append(fused(*args)) or calls[-1]
+    triton_path, torch_path = _triton_and_pytorch_actions(dims, frames)
+    assert True in calls and False in calls, calls  # the denoiser fused, the prefix not
+    cosine = F.cosine_similarity(triton_path, torch_path, dim=0).item()
+    assert cosine > 0.999, cosine
 
 
 def check_engine_frame_graph_keeps_encoded_frames_across_warmup():

@@ -37,10 +37,10 @@ if triton is not None:
     def _skinny_linear_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, n_rows, k_per_split,
                               up_offset, stride_xm, stride_wn, stride_om, stride_os,
                               rows_per_group, stride_xg, stride_og, accumulate_scale,
-                              norm_eps, GELU_MUL: tl.constexpr, SILU: tl.constexpr,
+                              GELU_MUL: tl.constexpr, SILU: tl.constexpr,
                               HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
                               ACCUMULATE: tl.constexpr, ATOMIC: tl.constexpr,
-                              FLOAT32: tl.constexpr, NORM: tl.constexpr,
+                              FLOAT32: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, PREFETCH_LINES: tl.constexpr,
                               LINE_ELEMENTS: tl.constexpr, USE_PDL: tl.constexpr):
@@ -66,13 +66,9 @@ if triton is not None:
         up_ptrs = w_ptrs + up_offset * stride_wn
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        squares = tl.zeros((BLOCK_M,), tl.float32)
         for _ in range(0, k_per_split, BLOCK_K):
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
             w = tl.load(w_ptrs)
-            if NORM:  # float32 stream rows: sum their squares, multiply them rounded
-                squares += tl.sum(x * x, 1)
-                x = x.to(w.dtype)
             if FLOAT32:  # three TF32 products: float32 accuracy on the tensor cores
                 acc = tl.dot(x, tl.trans(w), acc, input_precision='tf32x3')
             else:
@@ -82,10 +78,6 @@ if triton is not None:
                 up_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-        if NORM:  # RMSNorm of the rows is a row scale of the product (its weight is folded in)
-            row_scale = tl.rsqrt(squares / k_per_split + norm_eps)[:, None]
-            acc *= row_scale
-            acc_up *= row_scale
         if HAS_BIAS:
             acc += tl.load(bias_ptr + cols)[None, :].to(tl.float32)
         if GELU_MUL:
@@ -107,8 +99,7 @@ if triton is not None:
     @triton.jit
     def _qkv_rope_kernel(x_ptr, w_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr, n_rows, depth, seq,
                          stride_xm, stride_wn, k_stride_b, k_stride_s, v_stride_b, v_stride_s,
-                         norm_eps, HEADS: tl.constexpr, HALF: tl.constexpr, NORM: tl.constexpr,
-                         BLOCK_M: tl.constexpr,
+                         HEADS: tl.constexpr, HALF: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          PREFETCH_LINES: tl.constexpr, LINE_ELEMENTS: tl.constexpr,
                          USE_PDL: tl.constexpr):
@@ -132,21 +123,13 @@ if triton is not None:
         second_ptrs = first_ptrs + HALF * stride_wn
         first = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         second = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        squares = tl.zeros((BLOCK_M,), tl.float32)
         for _ in range(0, depth, BLOCK_K):
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
-            if NORM:  # float32 stream rows, RMS-normalized in the epilogue (as the skinny GEMM)
-                squares += tl.sum(x * x, 1)
-                x = x.to(w_ptr.dtype.element_ty)
             first = tl.dot(x, tl.trans(tl.load(first_ptrs)), first)
             second = tl.dot(x, tl.trans(tl.load(second_ptrs)), second)
             x_ptrs += BLOCK_K
             first_ptrs += BLOCK_K
             second_ptrs += BLOCK_K
-        if NORM:
-            row_scale = tl.rsqrt(squares / depth + norm_eps)[:, None]
-            first *= row_scale
-            second *= row_scale
         if head <= HEADS:  # the Q heads and the K head turn; V does not
             table = rows[:, None] * HALF + dims[None, :]
             first, second = rotate_pair(first, second,
@@ -296,7 +279,7 @@ def use_skinny(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor = None,
                   gelu_mul: bool = False, silu: bool = False, config: SkinnyConfig = None,
                   out: torch.Tensor = None, accumulate_scale: float = None,
-                  atomic_add: bool = False, norm_eps: float = None) -> torch.Tensor:
+                  atomic_add: bool = False) -> torch.Tensor:
     """
     Compute x [M,K] @ weight [N,K]^T (+ bias) with the Triton kernel (x contiguous in K).
 
@@ -308,9 +291,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
     ([M,N] or [B,R,N], last dim contiguous), receives the result, or with accumulate_scale
     out += accumulate_scale * result (float32). With atomic_add, every program adds its share
     (its K split's partial sum) into out (float32) with atomics, in no fixed order, whatever
-    the split: nothing is left for a consumer to add up. With norm_eps, x is float32 rows (the
-    residual stream) that the kernel RMS-normalizes as it reads them (split_k 1; see
-    norm_linear); the result is in weight.dtype.
+    the split: nothing is left for a consumer to add up.
     """
     groups, per_group, depth = x.shape if x.dim() == 3 else (1, *x.shape)
     rows = groups * per_group
@@ -323,10 +304,6 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
         raise ValueError(f'skinny_linear: {config} does not tile [{rows},{depth}] x '
                          f'[{weight.shape[0]},{depth}] (gelu_mul={gelu_mul}; bias, silu and '
                          'out need split_k 1)')
-    if norm_eps is not None and (config.split_k > 1 or x.dtype != torch.float32
-                                 or weight.dtype == torch.float32):
-        raise ValueError('skinny_linear: norm_eps needs float32 rows, half-precision weights and '
-                         'split_k 1')
     if atomic_add and (out is None or out.dtype != torch.float32 or bias is not None or silu
                        or gelu_mul or accumulate_scale is not None):
         raise ValueError('skinny_linear: atomic_add needs a float32 out and no bias, silu, '
@@ -335,8 +312,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
     if partial:
         out = torch.empty(config.split_k, rows, n_out, dtype=torch.float32, device=x.device)
     elif out is None:
-        out = torch.empty(*x.shape[:-1], n_out, device=x.device,
-                          dtype=x.dtype if norm_eps is None else weight.dtype)
+        out = torch.empty(*x.shape[:-1], n_out, dtype=x.dtype, device=x.device)
     if out.shape[-1] != n_out or out.numel() != rows * n_out * (config.split_k if partial else 1) \
             or out.stride(-1) != 1 or x.stride(-1) != 1 \
             or (accumulate_scale is not None and out.dtype != torch.float32):
@@ -357,10 +333,9 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor =
         x3.stride(0),
         per_group * n_out if partial else out3.stride(0),
         0.0 if accumulate_scale is None else float(accumulate_scale),
-        0.0 if norm_eps is None else float(norm_eps),
         GELU_MUL=gelu_mul, SILU=silu, HAS_BIAS=bias is not None, PARTIAL=partial,
         ACCUMULATE=accumulate_scale is not None, ATOMIC=atomic_add,
-        FLOAT32=x.dtype == torch.float32 and norm_eps is None, NORM=norm_eps is not None,
+        FLOAT32=x.dtype == torch.float32,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         **_weight_prefetch(rows, weight, k_per_split), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
@@ -384,7 +359,7 @@ def _weight_prefetch(rows: int, weight: torch.Tensor, depth: int) -> dict:
 
 def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_out,
              k_out: torch.Tensor, v_out: torch.Tensor, heads: int, head_dim: int,
-             config: SkinnyConfig = None, norm_eps: float = None) -> bool:
+             config: SkinnyConfig = None) -> bool:
     """
     Project x [M,K] by a fused qkv weight and turn Q and K by RoPE in one launch, if it applies.
 
@@ -392,19 +367,13 @@ def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_ou
     views into the KV cache; cos/sin [M, hd/2] float32) and returns True; returns False and
     writes nothing where it does not apply: more rows than kernel_configs.QKV_ROPE_MAX_ROWS (0:
     never), no q_out, FP8 weights, or where the skinny kernel does not run. config: the launch
-    configuration (split_k 1; default kernel_configs.QKV_ROPE_CONFIG). With norm_eps, x is the
-    float32 residual stream, RMS-normalized by the kernel as it reads it (see norm_linear), and
-    it applies only to at most kernel_configs.NORM_PROLOGUE_MAX_ROWS rows.
+    configuration (split_k 1; default kernel_configs.QKV_ROPE_CONFIG).
     """
     config = config or SkinnyConfig(**kernel_configs.QKV_ROPE_CONFIG)
     rows, depth = x.shape
     half = head_dim // 2
-    if norm_eps is None:
-        runs = use_skinny(x, weight)
-    else:
-        runs = _norm_prologue_runs(x, weight)
     if not (rows <= kernel_configs.QKV_ROPE_MAX_ROWS and q_out is not None
-            and isinstance(weight, torch.Tensor) and runs
+            and isinstance(weight, torch.Tensor) and use_skinny(x, weight)
             and weight.shape[0] == (heads + 2) * head_dim and half % config.block_n == 0
             and depth % config.block_k == 0 and x.stride(-1) == 1 and weight.stride(-1) == 1
             and q_out.is_contiguous() and k_out.stride(-1) == 1 and v_out.stride(-1) == 1
@@ -414,43 +383,10 @@ def qkv_rope(x: torch.Tensor, weight, cos: torch.Tensor, sin: torch.Tensor, q_ou
     _qkv_rope_kernel[(triton.cdiv(rows, config.block_m), (heads + 2) * (half // config.block_n))](
         x, weight, cos, sin, q_out, k_out, v_out, rows, depth, k_out.shape[1], x.stride(0),
         weight.stride(0), k_out.stride(0), k_out.stride(1), v_out.stride(0), v_out.stride(1),
-        0.0 if norm_eps is None else float(norm_eps), HEADS=heads, HALF=half,
-        NORM=norm_eps is not None, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        HEADS=heads, HALF=half, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         BLOCK_K=config.block_k, **_weight_prefetch(rows, weight, depth), USE_PDL=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages, launch_pdl=pdl)
     return True
-
-
-def _norm_prologue_runs(stream: torch.Tensor, weight) -> bool:
-    """Tell whether a projection may RMS-normalize these float32 stream rows itself."""
-    return (isinstance(weight, torch.Tensor) and stream.dim() == 2
-            and stream.shape[0] <= kernel_configs.NORM_PROLOGUE_MAX_ROWS
-            and stream.dtype == torch.float32 and weight.dtype in (torch.float16, torch.bfloat16)
-            and kernels.use_triton(stream) and stream.stride(-1) == 1
-            and weight.shape[1] == stream.shape[1] and weight.shape[1] % 16 == 0
-            and weight.shape[0] % 32 == 0)
-
-
-def norm_linear(stream: torch.Tensor, weight, eps: float, *,
-                gelu_mul: bool = False) -> 'torch.Tensor | None':
-    """
-    Project the RMS-normalized rows of the float32 residual stream [M, K], in one launch.
-
-    Where it applies (at most kernel_configs.NORM_PROLOGUE_MAX_ROWS rows, half-precision weights,
-    a skinny-kernel configuration of split_k 1 for the shape): each program sums the squares of
-    the rows it reads anyway, multiplies them rounded to the weights' dtype, and scales its
-    product by rsqrt(mean(x^2) + eps) (the norm's weight is folded into the projection), so
-    the add_rms_norm launch and its normalized copy go. Returns what linear() of the normalized
-    rows returns (with gelu_mul, gelu_tanh(gate) * up), or None where it does not apply (the
-    caller normalizes, then calls linear()).
-    """
-    if not _norm_prologue_runs(stream, weight):
-        return None
-    config = config_for(stream.shape[0], weight, gelu_mul)
-    if config is None or config.split_k != 1 or not supports(stream.shape[0], weight, config,
-                                                             gelu_mul):
-        return None
-    return skinny_linear(stream, weight, gelu_mul=gelu_mul, config=config, norm_eps=eps)
 
 
 def action_config(rows: int, n_out: int, depth: int) -> SkinnyConfig:

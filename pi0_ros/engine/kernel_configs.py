@@ -115,14 +115,6 @@ SKINNY_ATOMIC_MAX_ROWS = 512
 QKV_ROPE_MAX_ROWS = 64
 QKV_ROPE_CONFIG = _skinny(64, 16, 64, 1, 4, 4)
 
-# The add + RMSNorm before the expert's qkv + RoPE and gate/up projections folded into them, at
-# most this many rows (0 = never): where the o / down projection before it added its sums into
-# the float32 stream with atomics, the next projection reads the stream rows themselves, sums
-# their squares as it goes and scales its product by the row's rsqrt(mean(x^2) + eps)
-# (gemm.norm_linear, gemm.qkv_rope's norm_eps): two launches fewer per expert layer. The tiles
-# are the projections' own (QKV_ROPE_CONFIG, SKINNY_LINEAR).
-NORM_PROLOGUE_MAX_ROWS = 64
-
 # Rows above which the action expert's projections go to cuBLAS instead (0 = never Triton).
 SKINNY_LINEAR_MAX_ROWS = 512
 

@@ -398,12 +398,10 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     state_keys, the first token's queries see only keys before state_keys. A layer without
     out_w only writes K/V. If final_out is given, it receives the last residual add + RMS
     normalization. Projections go through gemm.linear, whose float32 partial sums the fused
-    norm and RoPE kernels add up (o and down may add theirs into the stream with atomics; the
-    qkv + RoPE and gate/up projections after them may then RMS-normalize the stream rows
-    themselves: gemm.norm_linear, kernel_configs.NORM_PROLOGUE_MAX_ROWS). With fp8_mlp, in each
-    layer whose gate/up weights are a gemm.Fp8Weight the post-attention norm writes FP8 rows
-    with row scales and gate/up runs as FP8 x FP8 (and down too, from FP8 rows of GELU * up,
-    when its weights are FP8).
+    norm and RoPE kernels add up (o and down may add theirs into the stream with atomics).
+    With fp8_mlp, in each layer whose gate/up weights are a gemm.Fp8Weight the post-attention
+    norm writes FP8 rows with row scales and gate/up runs as FP8 x FP8 (and down too, from FP8
+    rows of GELU * up, when its weights are FP8).
     before_layer(index) is called before each layer's work is queued, after_kv(index) once its
     K/V are queued for the cache (stream hooks: the overlapped first denoising step).
     """
@@ -424,21 +422,16 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
     for index, layer in enumerate(layers):
         if before_layer is not None:
             before_layer(index)
+        kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
+        del pending
         keys = cache_k[index, :b, 0, start:start + seq]
         values = cache_v[index, :b, 0, start:start + seq]
-        q_out = None if layer.out_w is None else queries
-        # With nothing pending (o / down added theirs into the stream with atomics), the qkv
-        # projection may normalize the stream rows itself (kernel_configs.NORM_PROLOGUE_MAX_ROWS).
-        if pending is not None or not gemm.qkv_rope(stream, layer.qkv_w, cos, sin, q_out, keys,
-                                                    values, heads, hd, None, dims.rms_norm_eps):
-            kernels.add_rms_norm(stream, pending, normed, dims.rms_norm_eps)
-            if not gemm.qkv_rope(normed, layer.qkv_w, cos, sin, q_out, keys, values, heads,
-                                 hd):
-                qkv = gemm.linear(normed, layer.qkv_w)
-                kernels.rope_qkv(qkv, cos, sin, q_out, keys, values,
-                                 0 if layer.out_w is None else heads, hd)
-                del qkv
-        del pending
+        if not gemm.qkv_rope(normed, layer.qkv_w, cos, sin,
+                             None if layer.out_w is None else queries, keys, values, heads, hd):
+            qkv = gemm.linear(normed, layer.qkv_w)
+            kernels.rope_qkv(qkv, cos, sin, None if layer.out_w is None else queries, keys,
+                             values, 0 if layer.out_w is None else heads, hd)
+            del qkv
         if after_kv is not None:
             after_kv(index)
         if layer.out_w is None:
@@ -456,12 +449,9 @@ def _gemma_stack(layers: list, dims: ModelDims, x: torch.Tensor, heads: int,
             del projected
             pending = _fp8_mlp(layer, normed8, row_scale, dtype)
         else:
-            hidden = None if projected is not None else gemm.norm_linear(
-                stream, layer.gate_up_w, dims.rms_norm_eps, gelu_mul=True)
-            if hidden is None:
-                kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
-                hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
+            kernels.add_rms_norm(stream, projected, normed, dims.rms_norm_eps)
             del projected
+            hidden = gemm.linear(normed, layer.gate_up_w, gelu_mul=True)
             pending = gemm.linear(hidden, layer.down_w, add_into=stream)
             del hidden
     if final_out is not None:
