@@ -31,6 +31,7 @@ AREAS = {
     'memory': 'GPU memory',
     'accuracy': 'Accuracy',
     'kernels': 'GPU kernels: tuning and register audit',
+    'data': 'Demonstrations and trained policies',
 }
 FIELDS = {  # field: (types, required)
     'id': (str, True), 'what': (str, True), 'area': (str, True), 'title': (str, True),
